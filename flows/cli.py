@@ -1,0 +1,141 @@
+"""The ``trace-rl`` command line. Each subcommand imports its stack lazily so that
+``trace-rl sql`` does not pay for torch and ``trace-rl simulate`` does not start Prefect."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="trace-rl: agentic RLVR with TRACE rollout-budget allocation.")
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+ConfigOpt = typer.Option(None, "--config", "-c", help="YAML run config (default: configs/tiny.yaml).")
+SetOpt = typer.Option(None, "--set", help="Override a config field: --set allocation.budget_total=128 (repeatable).")
+HomeOpt = typer.Option(Path(".trace-home"), "--home", help="Run home: shards, catalogue, checkpoints, mlflow.db.")
+
+
+def _quiet_env(home: Path) -> None:
+    """Keep Prefect/MLflow state inside the run home and switch telemetry off."""
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("DO_NOT_TRACK", "true")
+    os.environ.setdefault("PREFECT_HOME", str((home / "prefect").resolve()))
+    os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str((home / "prefect" / "storage").resolve()))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+def _fail(err: Exception) -> None:
+    typer.secho(str(err), fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+@app.command()
+def simulate(
+    config: Path = typer.Option(None, "--config", "-c", help="YAML simulator config (SimulateConfig)."),
+    set_: list[str] = SetOpt,
+) -> None:
+    """Oracle simulator: every strategy at equal budget on synthetic trees with known V_t."""
+    from trace_core.config_io import ConfigError, load_config
+    from trace_core.simulate import SimulateConfig, format_table, run_simulation
+
+    try:
+        cfg = load_config(SimulateConfig, config, set_ or [])
+    except ConfigError as err:
+        _fail(err)
+    table = run_simulation(cfg)
+    typer.echo(format_table(table))
+
+
+@app.command()
+def warmup(
+    config: Path = ConfigOpt,
+    set_: list[str] = SetOpt,
+    out: Path = typer.Option(None, "--out", help="Checkpoint directory (default: the shipped tiny-warm)."),
+) -> None:
+    """Build the tiny tokenizer + Qwen3 and warm it up by SFT on synthetic demonstrations."""
+    from trace_core.config import load_train_config
+    from trace_core.config_io import ConfigError
+    from trace_core.policy.warmup import warmup_command
+
+    try:
+        cfg = load_train_config(config or DEFAULT_CONFIG, set_ or [])
+    except ConfigError as err:
+        _fail(err)
+    warmup_command(cfg, out)
+
+
+@app.command()
+def train(
+    config: Path = ConfigOpt,
+    run_id: str = typer.Option(None, "--run-id", help="Run id; the same id resumes a killed run."),
+    home: Path = HomeOpt,
+    set_: list[str] = SetOpt,
+    tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow server (default sqlite under --home)."),
+) -> None:
+    """The main job: the TRACE training flow on the config (tiny CPU config by default)."""
+    from trace_core.config import load_train_config
+    from trace_core.config_io import ConfigError
+
+    _quiet_env(home)
+    try:
+        cfg = load_train_config(config or DEFAULT_CONFIG, set_ or [])
+    except ConfigError as err:
+        _fail(err)
+    from flows.train import train_flow
+
+    summary = train_flow(cfg.model_dump(mode="json"), run_id=run_id, home=str(home.resolve()),
+                         tracking_uri=tracking_uri)
+    typer.echo(summary.get("report", ""))
+
+
+@app.command()
+def compare(
+    config: Path = ConfigOpt,
+    strategies: str = typer.Option("grpo,dapo,pcl,treepo,trace,trace-root,trace-prefix", "--strategies"),
+    seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per strategy (confidence intervals over seeds)."),
+    home: Path = HomeOpt,
+    set_: list[str] = SetOpt,
+    run_id: str = typer.Option(None, "--run-id", help="Comparison id (prefix of the child run ids)."),
+    tracking_uri: str = typer.Option(None, "--tracking-uri"),
+) -> None:
+    """Train each strategy from the same checkpoint, stream and budget; write a report."""
+    from trace_core.config import load_train_config
+    from trace_core.config_io import ConfigError
+
+    _quiet_env(home)
+    try:
+        cfg = load_train_config(config or DEFAULT_CONFIG, set_ or [])
+    except ConfigError as err:
+        _fail(err)
+    from flows.compare import compare_flow
+
+    out = compare_flow(cfg.model_dump(mode="json"), strategies=[s.strip() for s in strategies.split(",") if s.strip()],
+                       seeds=seeds, home=str(home.resolve()), run_id=run_id, tracking_uri=tracking_uri)
+    typer.echo(out.get("report", ""))
+
+
+@app.command()
+def sql(
+    name: str = typer.Argument(None, help="Named query (sql/NAME.sql); omit to list them."),
+    run_id: str = typer.Option(None, "--run-id", help="Only this run."),
+    fmt: str = typer.Option("table", "--format", help="table | csv | parquet"),
+    out: Path = typer.Option(None, "--out", help="Output file (parquet needs one)."),
+    home: Path = HomeOpt,
+) -> None:
+    """Run a named analysis query against the run home's DuckDB catalogue."""
+    from trace_core.sqlq import sql_command
+
+    try:
+        text = sql_command(home, name, run_id=run_id, fmt=fmt, out=out)
+    except (KeyError, ValueError, FileNotFoundError) as err:
+        _fail(err)
+    if text:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+if __name__ == "__main__":
+    app()

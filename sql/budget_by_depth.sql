@@ -1,0 +1,28 @@
+-- Where did the budget go: how many trajectories and tokens were spent branching at each depth?
+WITH scoped AS (
+    SELECT *
+    FROM trajectories
+    WHERE $run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR
+),
+
+by_depth AS (
+    SELECT
+        run_id,
+        anchor_depth,
+        count(*) AS trajectories,
+        sum(tokens) AS tokens,
+        count(*) FILTER (WHERE effective) AS effective
+    FROM scoped
+    GROUP BY run_id, anchor_depth
+)
+
+SELECT
+    run_id,
+    anchor_depth,
+    trajectories,
+    round(trajectories / sum(trajectories) OVER (PARTITION BY run_id), 4) AS trajectory_share,
+    tokens,
+    round(tokens / nullif(sum(tokens) OVER (PARTITION BY run_id), 0), 4) AS token_share,
+    effective
+FROM by_depth
+ORDER BY run_id, anchor_depth;

@@ -1,0 +1,72 @@
+"""The run configuration: one pydantic model per concern, composed into ``TrainConfig``.
+
+YAML files in ``configs/`` map 1:1 onto ``TrainConfig`` (sections ``run``, ``model``, ``env``,
+``sampling``, ``allocation``, ``predictor``, ``update``, ``warmup``, ``tracking``); every field
+is documented once, in its own module. ``--set a.b=value`` overrides any field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trace_core.config_io import load_config
+from trace_core.engines.base import SamplingConfig
+from trace_core.envs.config import EnvConfig
+from trace_core.policy.model import ModelConfig
+from trace_core.policy.update import UpdateConfig
+from trace_core.policy.warmup import WarmupConfig
+from trace_core.predictor.config import PredictorConfig
+from trace_core.strategies import AllocationConfig
+
+
+class RunConfig(BaseModel):
+    """What one training run iterates over and where its prompts come from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    iterations: int = Field(5, ge=1, le=100_000, description="Training iterations (one allocation + update each).")
+    seed: int = Field(0, ge=0, description="Run seed: prompt stream, sampling and update all derive from it.")
+    engine: Literal["hf", "vllm"] = Field("hf", description="Rollout engine: 'hf' (CPU/GPU), 'vllm' (GPU worker).")
+    candidate_pool: int = Field(
+        96, ge=1, le=10_000_000,
+        description="Candidate prompts scored per iteration; larger than budget/group_size so that "
+        "root allocation can choose (scoring is cheap, sampling is not).")
+    eval_tasks: int = Field(48, ge=0, le=100_000, description="Held-out prompts per accuracy evaluation (0 = off).")
+    eval_samples: int = Field(2, ge=1, le=64, description="Samples per held-out prompt (accuracy = mean reward).")
+    eval_every: int = Field(
+        0, ge=0, le=100_000, description="Evaluate every k iterations (0 = only before the first and after the last).")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Torch device for generation and updates.")
+    threads: int = Field(0, ge=0, le=1024, description="torch.set_num_threads on CPU (0 = leave torch's default).")
+
+
+class TrackingConfig(BaseModel):
+    """MLflow tracking."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    experiment: str = Field("trace-rl", description="MLflow experiment name.")
+    enabled: bool = Field(True, description="Log params, metrics, plots and the report to MLflow.")
+
+
+class TrainConfig(BaseModel):
+    """A whole training run. Sections are documented in their own modules."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run: RunConfig = Field(default_factory=RunConfig, description="Iterations, seed, engine, prompt pool.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Policy model (trace_core.policy.model).")
+    env: EnvConfig = Field(default_factory=EnvConfig, description="Environments (trace_core.envs.config).")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Per-turn sampling.")
+    allocation: AllocationConfig = Field(default_factory=AllocationConfig,
+                                         description="Strategy and budget (trace_core.strategies).")
+    predictor: PredictorConfig = Field(default_factory=PredictorConfig, description="Success predictor.")
+    update: UpdateConfig = Field(default_factory=UpdateConfig, description="Policy update (trace_core.policy.update).")
+    warmup: WarmupConfig = Field(default_factory=WarmupConfig, description="SFT warm start (trace-rl warmup).")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
+
+
+def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    return load_config(TrainConfig, path, overrides)

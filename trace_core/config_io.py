@@ -1,0 +1,106 @@
+"""YAML + ``--set a.b=value`` overrides onto pydantic config models, with errors that name
+the field path and the bad value."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not fit the model; the message names the field."""
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``a.b=value`` -> (['a', 'b'], value parsed as YAML: numbers, bools, lists, null)."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not of the form key.path=value")
+    key, raw = item.split("=", 1)
+    path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise ConfigError(f"override {item!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return path, value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Return a copy of ``data`` with each ``a.b=value`` applied (nested dicts created)."""
+    out = json.loads(json.dumps(data))
+    for item in overrides:
+        path, value = parse_override(item)
+        node = out
+        for part in path[:-1]:
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is a value, not a section")
+            node = nxt
+        node[path[-1]] = value
+    return out
+
+
+def _explain(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "<root>"
+        bad = e.get("input")
+        shown = repr(bad) if not isinstance(bad, dict) else "{...}"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"  {path}: unknown key (value {shown})")
+        else:
+            lines.append(f"  {path}: {e['msg']} (got {shown})")
+    return "invalid config:\n" + "\n".join(lines)
+
+
+def validate(model: type[M], data: dict) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_explain(err)) from None
+
+
+def load_config(model: type[M], path: str | Path | None = None, overrides: list[str] | None = None) -> M:
+    """Load YAML ``path`` (or the model's defaults), apply overrides, validate."""
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        loaded = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {p} must hold a mapping at the top level")
+        data = loaded
+    data = apply_overrides(data, overrides or [])
+    return validate(model, data)
+
+
+def flatten(cfg: BaseModel | dict, prefix: str = "") -> dict[str, Any]:
+    """Flat ``a.b -> value`` dict (for MLflow params and Prefect parameters)."""
+    data = cfg.model_dump(mode="json") if isinstance(cfg, BaseModel) else cfg
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def config_hash(cfg: BaseModel) -> str:
+    """Stable 12-hex hash of the validated config (cache keys, recipe records)."""
+    blob = json.dumps(cfg.model_dump(mode="json"), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def dump_yaml(cfg: BaseModel) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

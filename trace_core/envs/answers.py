@@ -1,0 +1,141 @@
+"""Answer checks: math (numeric / fraction / boxed / units) and QA (normalised EM, token F1).
+
+Every function takes any string and returns a value; none raises. Inputs are truncated to
+``MAX_ANSWER_CHARS`` first so the cost per check is bounded.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from fractions import Fraction
+
+from trace_core.envs.actions import CORRECT, EMPTY_ANSWER, UNPARSABLE_ANSWER, WRONG_ANSWER
+
+MAX_ANSWER_CHARS = 512
+
+# ---------------------------------------------------------------- math
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces, else None."""
+    for key in ("\\boxed{", "\\fbox{"):
+        pos = text.rfind(key)
+        if pos < 0:
+            continue
+        i, depth = pos + len(key), 1
+        start = i
+        while i < len(text):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[start:i]
+            i += 1
+        return None
+    return None
+
+
+_NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?"
+_FRAC_LATEX = re.compile(r"^(-?)\\[dt]?frac\{(-?\d+)\}\{(-?\d+)\}$")
+_FRAC_PLAIN = re.compile(r"^(-?\d+)\s*/\s*(-?\d+)$")
+_NUMBER = re.compile(rf"^({_NUM})$")
+# currency up front, units / percent / a few words after: "$1,200.50", "18 dollars", "45 km/h", "50%"
+_WITH_UNITS = re.compile(rf"^[$€£¥]?\s*({_NUM})\s*(?:%|[^\W\d_][\w/°²³.\- ]{{0,30}})?\.?$")
+_LATEX_NOISE = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\ ", "$", "\\displaystyle", "\\%")
+
+
+def _clean_latex(s: str) -> str:
+    s = s.strip()
+    for tok in _LATEX_NOISE:
+        s = s.replace(tok, "")
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = re.sub(r"\\text\{\s*([^{}]*)\}", r"\1", s)
+    s = re.sub(r"\^\{?\\circ\}?", "", s)  # degrees
+    return s.strip().rstrip(".").strip()
+
+
+def parse_number(text: str) -> Fraction | None:
+    """Exact value of a numeric answer (int, decimal, a/b, \\frac{a}{b}, with units), else None."""
+    s = _clean_latex(text[:MAX_ANSWER_CHARS])
+    m = _FRAC_LATEX.match(s) or _FRAC_PLAIN.match(s)
+    if m:
+        g = m.groups()
+        sign = -1 if (len(g) == 3 and g[0] == "-") else 1
+        num, den = int(g[-2]), int(g[-1])
+        return None if den == 0 else sign * Fraction(num, den)
+    m = _NUMBER.match(s) or _WITH_UNITS.match(s)
+    if not m or not re.search(r"\d", m.group(1)):
+        return None
+    try:
+        return Fraction(m.group(1).replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def normalise_math(text: str) -> str:
+    """Canonical string for non-numeric answers (expressions, intervals): no spaces, no latex noise."""
+    return re.sub(r"\s+", "", _clean_latex(text[:MAX_ANSWER_CHARS])).lower()
+
+
+def math_answer_text(text: str) -> str:
+    """The answer string a model gave: the boxed content when present, else the text."""
+    text = text[:MAX_ANSWER_CHARS] if isinstance(text, str) else ""
+    boxed = extract_boxed(text)
+    return (boxed if boxed is not None else text).strip()
+
+
+def check_math(pred: object, gold: str) -> tuple[float, str, dict]:
+    """``(reward, reason, info)``: numeric equivalence if both parse, else normalised string match."""
+    if not isinstance(pred, str):
+        return 0.0, UNPARSABLE_ANSWER, {}
+    p = math_answer_text(pred)
+    if not p:
+        return 0.0, EMPTY_ANSWER, {}
+    g = math_answer_text(gold)
+    gv, pv = parse_number(g), parse_number(p)
+    if gv is not None:
+        if pv is None:
+            return 0.0, UNPARSABLE_ANSWER, {"pred": p[:64]}
+        ok = pv == gv or (gv != 0 and abs(float(pv - gv) / float(gv)) < 1e-6)
+        return (1.0, CORRECT, {}) if ok else (0.0, WRONG_ANSWER, {"pred": p[:64]})
+    ok = normalise_math(p) == normalise_math(g)
+    return (1.0, CORRECT, {}) if ok else (0.0, WRONG_ANSWER, {"pred": p[:64]})
+
+
+def gsm8k_final(answer_field: str) -> str:
+    """The number after ``####`` in a GSM8K ``answer`` field (separators removed)."""
+    tail = answer_field.rsplit("####", 1)[-1].strip()
+    return tail.replace(",", "")
+
+
+# ---------------------------------------------------------------- QA
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def normalise_qa(text: str) -> str:
+    """SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
+    s = text[:MAX_ANSWER_CHARS].lower().translate(_PUNCT)
+    return " ".join(_ARTICLES.sub(" ", s).split())
+
+
+def token_f1(pred: str, gold: str) -> float:
+    p, g = normalise_qa(pred).split(), normalise_qa(gold).split()
+    common = sum((Counter(p) & Counter(g)).values())
+    if common == 0:
+        return float(p == g)
+    prec, rec = common / len(p), common / len(g)
+    return 2 * prec * rec / (prec + rec)
+
+
+def check_qa(pred: object, golds: list[str]) -> tuple[float, str, dict]:
+    """``(reward, reason, info)``: reward = normalised exact match against any gold; info has em, f1."""
+    if not isinstance(pred, str) or not normalise_qa(pred):
+        return 0.0, EMPTY_ANSWER, {"em": 0.0, "f1": 0.0}
+    em = max((float(normalise_qa(pred) == normalise_qa(g)) for g in golds), default=0.0)
+    f1 = max((token_f1(pred, g) for g in golds), default=0.0)
+    return em, (CORRECT if em else WRONG_ANSWER), {"em": em, "f1": f1}

@@ -1,0 +1,103 @@
+"""Policy model: the tiny Qwen3 built from sizes, or any local Hugging Face causal LM by path.
+
+Nothing is downloaded: every load passes ``local_files_only=True``.
+
+Default sizes are the prototype's (3.4M parameters with a 1024 vocab): big enough to reach
+~35% sampled success after ~16 CPU-minutes of SFT, small enough to sample fast on CPU. A
+10.7M variant learned more slowly per wall-clock minute there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+#: The warm-started tiny checkpoint shipped with the package (``trace-rl warmup`` rebuilds it).
+TINY_WARM_DIR = Path(__file__).resolve().parents[1] / "assets" / "tiny-warm"
+
+
+class ModelConfig(BaseModel):
+    """Policy model: sizes of the tiny Qwen3, or ``path`` to a local HF model directory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = Field(
+        None, description="Local directory of a HF causal LM + tokenizer (e.g. Qwen3-8B). None: the shipped "
+        "tiny-warm checkpoint when loading; the sizes below when building from scratch (warm-up).")
+    hidden_size: int = Field(256, ge=8, le=16384, description="Residual width.")
+    num_layers: int = Field(4, ge=1, le=128, description="Decoder blocks.")
+    num_heads: int = Field(4, ge=1, le=128, description="Query heads.")
+    num_kv_heads: int = Field(2, ge=1, le=128, description="Key/value heads (grouped-query attention).")
+    head_dim: int = Field(64, ge=8, le=512, description="Per-head width (Qwen3 decouples it from hidden/heads).")
+    intermediate_size: int = Field(768, ge=8, le=65536, description="SwiGLU FFN width (~3x hidden).")
+    vocab_size: int = Field(1024, ge=16, le=262144, description="Must match the tokenizer (tiny: 1024).")
+    max_position_embeddings: int = Field(2048, ge=64, le=131072, description="Longest episode in tokens.")
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base; 1e4 is plenty for ~1k-token episodes.")
+    tie_embeddings: bool = Field(True, description="Share input and output embeddings (halves the 1024x256 tables).")
+    dtype: str = Field("float32", pattern="^(float32|bfloat16|float16)$",
+                       description="Weights dtype after loading; float32 for CPU training (bf16 via autocast).")
+
+
+def qwen3_config(cfg: ModelConfig, *, pad_token_id: int = 0, eos_token_id: int = 1) -> Any:
+    """The ``Qwen3Config`` for ``cfg``'s sizes."""
+    from transformers import Qwen3Config
+
+    if cfg.num_heads % cfg.num_kv_heads:
+        raise ValueError(f"num_heads={cfg.num_heads} must be a multiple of num_kv_heads={cfg.num_kv_heads}")
+    return Qwen3Config(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+        tie_word_embeddings=cfg.tie_embeddings,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
+        bos_token_id=None,
+        use_cache=True,
+    )
+
+
+def build_model(cfg: ModelConfig, *, seed: int = 0, pad_token_id: int = 0, eos_token_id: int = 1) -> Any:
+    """A freshly initialised ``Qwen3ForCausalLM`` (float32) with ``cfg``'s sizes; ``seed`` fixes init."""
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(qwen3_config(cfg, pad_token_id=pad_token_id, eos_token_id=eos_token_id))
+    return model.float()
+
+
+def n_params(model: torch.nn.Module) -> int:
+    """Distinct parameters (tied tables counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def load_policy(src: str | Path | ModelConfig | None = None, *, dtype: str | None = None) -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` from a local directory; never touches a hub.
+
+    ``src``: a directory, a ``ModelConfig`` (its ``path``; None = the shipped tiny-warm
+    checkpoint), or None (the shipped checkpoint). Weights are cast to ``dtype`` (default
+    the config's, i.e. float32: a bf16-saved checkpoint is upcast for training).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = src if isinstance(src, ModelConfig) else ModelConfig(path=None if src is None else str(src))
+    path = Path(cfg.path) if cfg.path else TINY_WARM_DIR
+    if not (path / "config.json").is_file():
+        hint = " (run `trace-rl warmup` to build the tiny checkpoint)" if cfg.path is None else ""
+        raise FileNotFoundError(f"no model at {path}: config.json missing{hint}")
+    torch_dtype = getattr(torch, dtype or cfg.dtype)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if tokenizer.pad_token_id is None:  # real Qwen3 tokenizers have one; be safe for other models
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.to(torch_dtype), tokenizer

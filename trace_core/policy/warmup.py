@@ -1,0 +1,221 @@
+"""Warm start: SFT of the tiny Qwen3 on the generators' correct demonstration traces.
+
+Why: from random weights no sampled episode succeeds and RL has no signal. After enough SFT
+the held-out success rates spread over (0, 1) by family and difficulty, which is where
+group-relative RL learns. The prototype needed ~16 CPU-minutes (~6k tokens/s, batch 16,
+lr 2e-3) for 35% success and 34% of samples in mixed groups; 2/4/8 minutes gave 0/1/4%.
+
+The loop reads top to bottom: tokenizer -> model -> length-bucketed batches of demos ->
+AdamW with warmup + cosine, bf16 autocast, loss on assistant tokens only -> save_pretrained
+(bf16 safetensors, a few MB) + ``recipe.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import platform
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from trace_core.config_io import config_hash
+from trace_core.policy.chat import ChatFormat
+from trace_core.policy.demos import demo_stream
+from trace_core.policy.model import ModelConfig, build_model, n_params
+from trace_core.policy.tokenizer import TokenizerConfig, save_tokenizer, train_tokenizer
+
+IGNORE = -100  # label value the HF loss skips
+
+
+class WarmupConfig(BaseModel):
+    """SFT warm start of the tiny policy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(3000, ge=1, le=1_000_000, description="Optimizer steps (~20 CPU-minutes at the default size).")
+    batch_size: int = Field(16, ge=1, le=1024, description="Episodes per step.")
+    lr: float = Field(2e-3, gt=0, le=1.0, description="Peak AdamW learning rate (tiny models take a high one).")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine floor as a share of lr (~lr/10).")
+    warmup_steps: int = Field(100, ge=0, le=100_000, description="Linear ramp from 0 to lr.")
+    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW decoupled weight decay.")
+    grad_clip: float = Field(1.0, gt=0, le=100, description="Global grad-norm clip.")
+    bf16_autocast: bool = Field(True, description="bf16 autocast on CPU: 1.7-1.9x faster than fp32 in the prototype.")
+    bucket_batches: int = Field(32, ge=1, le=4096,
+                                description="Batches pooled and sorted by length before cutting (1 = unsorted).")
+    families: dict[str, float] = Field(default_factory=lambda: {"math": 1.0, "qa": 1.0, "fc": 1.0},
+                                       description="Mix weights of the families in the demos.")
+    difficulties: list[int] = Field(default_factory=lambda: [0, 1, 2, 3],
+                                    description="Difficulty levels drawn uniformly for the demos.")
+    seed: int = Field(0, ge=0, description="Seeds the demo stream, the init and the batch order.")
+    num_threads: int = Field(2, ge=1, le=256, description="torch CPU threads (the CPU is shared).")
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="Tokenizer training.")
+    tokenizer_demos: int = Field(3000, ge=10, le=1_000_000, description="Demos the tokenizer is trained on.")
+    log_every: int = Field(50, ge=1, le=100_000, description="Steps between log lines.")
+    save_every: int = Field(0, ge=0, le=1_000_000, description="Steps between interim saves (0 = only at the end).")
+
+
+def lr_at(step: int, cfg: WarmupConfig) -> float:
+    """Linear warmup to ``lr`` then cosine decay to ``lr * min_lr_ratio`` at ``steps``."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    floor = cfg.lr * cfg.min_lr_ratio
+    return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * min(1.0, frac)))
+
+
+def collate(episodes: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded batch: input_ids / attention_mask / labels, each (B, L_max).
+
+    ``labels`` are the input ids on assistant tokens and -100 elsewhere (prompt, observation,
+    padding), so the loss is on actions only.
+    """
+    width = max(len(ids) for ids, _ in episodes)
+    ids_t = torch.full((len(episodes), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(episodes), width), dtype=torch.long)
+    lab = torch.full((len(episodes), width), IGNORE, dtype=torch.long)
+    for b, (ids, mask) in enumerate(episodes):
+        n = len(ids)
+        ids_t[b, :n] = torch.tensor(ids)
+        att[b, :n] = 1
+        lab[b, :n] = torch.where(torch.tensor(mask, dtype=torch.bool), torch.tensor(ids), IGNORE)
+    return {"input_ids": ids_t, "attention_mask": att, "labels": lab}
+
+
+def bucketed_batches(
+    episodes: Iterator[tuple[list[int], list[int]]], batch_size: int, bucket_batches: int, seed: int
+) -> Iterator[list[tuple[list[int], list[int]]]]:
+    """Pool ``bucket_batches * batch_size`` episodes, sort by length, cut, shuffle the batches.
+
+    Why: unsorted batches of these episodes wasted 58% of the compute on padding.
+    """
+    rng = np.random.default_rng(seed)
+    pool_size = batch_size * bucket_batches
+    while True:
+        pool = list(itertools.islice(episodes, pool_size))
+        if not pool:
+            return
+        if bucket_batches > 1:
+            pool.sort(key=lambda e: len(e[0]))
+        cut = [pool[i:i + batch_size] for i in range(0, len(pool), batch_size)]
+        for i in rng.permutation(len(cut)):
+            yield cut[int(i)]
+
+
+def build_tokenizer(cfg: WarmupConfig, env_kwargs: dict | None = None):
+    """Train the tiny tokenizer on ``cfg.tokenizer_demos`` demos (their own seed stream)."""
+    from transformers import PreTrainedTokenizerFast
+
+    stream = demo_stream(cfg.families, cfg.difficulties, seed=cfg.seed + 7919, env_kwargs=env_kwargs)
+    texts = [d.text() for d in itertools.islice(stream, cfg.tokenizer_demos)]
+    tok: PreTrainedTokenizerFast = train_tokenizer(texts, cfg.tokenizer)
+    return tok
+
+
+def save_checkpoint(model, tokenizer, out_dir: Path, recipe: dict[str, Any]) -> None:
+    """bf16 safetensors (a few MB) + tokenizer + recipe.json; ``load_policy`` upcasts to fp32."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    half.save_pretrained(str(out_dir), safe_serialization=True)
+    save_tokenizer(tokenizer, out_dir)
+    old = out_dir / "recipe.json"
+    if old.is_file():  # keep fields written by a later stage (the success table)
+        prev = json.loads(old.read_text())
+        recipe = {**{k: v for k, v in prev.items() if k in ("success",)}, **recipe}
+    (out_dir / "recipe.json").write_text(json.dumps(recipe, indent=2, sort_keys=True))
+
+
+def run_warmup(
+    cfg: WarmupConfig,
+    out_dir: str | Path,
+    *,
+    model_cfg: ModelConfig | None = None,
+    env_kwargs: dict | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """SFT the tiny model on demos; save it to ``out_dir``; return the recipe dict.
+
+    ``model_cfg``: sizes (default the prototype's); ``env_kwargs``: passed to
+    ``make_env(family, **env_kwargs)`` so demos match the environment RL will use.
+    """
+    model_cfg = model_cfg or ModelConfig()
+    out_dir = Path(out_dir)
+    torch.set_num_threads(cfg.num_threads)
+    t_start = time.perf_counter()
+    tokenizer = build_tokenizer(cfg, env_kwargs)
+    chat = ChatFormat(tokenizer)
+    model_cfg = model_cfg.model_copy(update={"vocab_size": len(tokenizer)}) if model_cfg.vocab_size < len(
+        tokenizer) else model_cfg
+    model = build_model(model_cfg, seed=cfg.seed, pad_token_id=tokenizer.pad_token_id,
+                        eos_token_id=tokenizer.eos_token_id)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    demos = demo_stream(cfg.families, cfg.difficulties, seed=cfg.seed, env_kwargs=env_kwargs)
+    episodes = (chat.episode_ids(d.messages, d.actions, d.observations) for d in demos)
+    batches = bucketed_batches(episodes, cfg.batch_size, cfg.bucket_batches, cfg.seed)
+    recipe_base = {
+        "warmup": cfg.model_dump(mode="json"), "model": model_cfg.model_dump(mode="json"),
+        "env_kwargs": env_kwargs or {}, "config_hash": config_hash(cfg), "model_hash": config_hash(model_cfg),
+        "n_params": n_params(model), "torch": torch.__version__, "python": platform.python_version(),
+        "command": " ".join(sys.argv),
+    }
+    losses: list[tuple[int, float]] = []
+    tokens = padded = 0
+    t_train = time.perf_counter()
+    bar = _bar(cfg.steps, progress)
+    ema = None
+    for step in range(cfg.steps):
+        batch = collate(next(batches), chat.pad_token_id)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
+            loss = model(**batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        tokens += int(batch["attention_mask"].sum())
+        padded += batch["input_ids"].numel()
+        ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+            losses.append((step + 1, round(ema, 4)))
+            rate = tokens / (time.perf_counter() - t_train)
+            msg = f"step {step + 1}/{cfg.steps} loss {ema:.4f} lr {lr_at(step, cfg):.2e} tok/s {rate:.0f}"
+            bar.set_postfix_str(msg) if progress else print(msg, flush=True)
+        bar.update(1)
+        if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
+            save_checkpoint(model, tokenizer, out_dir, {**recipe_base, "steps_done": step + 1, "interim": True})
+    bar.close()
+    train_s = time.perf_counter() - t_train
+    recipe = {
+        **recipe_base, "steps_done": cfg.steps, "final_loss": losses[-1][1], "loss_curve": losses,
+        "tokens": tokens, "tokens_per_s": round(tokens / train_s, 1), "padding_share": round(1 - tokens / padded, 4),
+        "train_s": round(train_s, 1), "total_s": round(time.perf_counter() - t_start, 1), "interim": False,
+    }
+    save_checkpoint(model, tokenizer, out_dir, recipe)
+    return recipe
+
+
+class _NoBar:
+    def update(self, n: int) -> None: ...
+    def set_postfix_str(self, s: str) -> None: ...
+    def close(self) -> None: ...
+
+
+def _bar(total: int, progress: bool):
+    if not progress:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="warmup", unit="step")

@@ -1,0 +1,124 @@
+"""Predictor protocol, fit report, labels and the predictor registry.
+
+A predictor maps rollout-tree nodes (rows of ``trace_core.tree.NODE_SCHEMA``) to success
+probabilities, one model for prompts (roots) and turn prefixes alike:
+
+* ``fit(nodes) -> FitReport`` with *all labelled nodes so far* (every earlier iteration); it
+  refreshes the model in bounded time and may warm-start from the previous fit.
+* ``predict(nodes) -> np.ndarray`` of shape ``(len(nodes),)``, float64 in ``[0, 1]``.
+
+Node frame convention (the rollout loop follows it):
+
+* a root row has ``depth == 0`` and ``origin == 'root'``; its ``action_text`` holds the question
+  (``Task.question``), ``task`` the family and ``difficulty`` the known difficulty;
+* a prefix row (``depth >= 1``) holds its own turn in ``action_text`` / ``observation_text``.
+  Its text is the whole path: a ``path_text`` column is used when present (non-null), otherwise
+  the path is rebuilt by following ``parent_id`` through the rows of the same frame, so pass the
+  ancestors along (they are cheap) or fill ``path_text``.
+
+Labels: a node's outcome is ``subtree_mean_reward`` (the mean reward of the trajectories through
+it), weighted by ``subtree_count``. A node is labelled when both are non-null and the count > 0.
+
+Registry: ``@register_predictor(name)`` on a factory ``(PredictorConfig) -> Predictor``; a
+duplicate name is rejected; ``make_predictor(config)`` raises on an unknown name, listing the
+known ones. ``hf_encoder`` is registered by import path so transformers loads only when chosen.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import polars as pl
+
+from trace_core.predictor.config import PredictorConfig
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """What one refresh did; ``as_dict()`` is plain data for the tracking layer."""
+
+    n_labelled: int  # labelled nodes offered
+    n_roots: int
+    n_prefixes: int
+    n_train: int  # nodes the head was trained on (after the cap and the held-out split)
+    n_calib: int  # held-out nodes used for calibration
+    iterations: list[int]  # distinct iterations among the labelled nodes
+    seconds: float
+    fallback: bool  # True when too little data: predictions are the prior (+ history)
+    warm_start: bool
+    train_loss: float | None = None
+    calib: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> {brier_before, brier_after}
+    history_prompts: int = 0  # prompts with a Beta posterior
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    config: PredictorConfig
+
+    def fit(self, nodes: pl.DataFrame) -> FitReport: ...
+
+    def predict(self, nodes: pl.DataFrame) -> np.ndarray: ...
+
+
+def is_root(nodes: pl.DataFrame) -> np.ndarray:
+    """Boolean ``(n,)``: depth 0 (the prompt itself)."""
+    return (nodes["depth"].fill_null(0) == 0).to_numpy()
+
+
+def labelled(nodes: pl.DataFrame) -> pl.DataFrame:
+    """Rows with an outcome: non-null, finite ``subtree_mean_reward`` and ``subtree_count > 0``."""
+    if nodes.height == 0:
+        return nodes
+    return nodes.filter(
+        pl.col("subtree_mean_reward").is_not_null()
+        & pl.col("subtree_mean_reward").is_finite()
+        & (pl.col("subtree_count").fill_null(0) > 0)
+    )
+
+
+def node_labels(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, w)``, both float64 ``(n,)``: y = subtree mean reward clipped to [0, 1], w = subtree count."""
+    y = np.clip(nodes["subtree_mean_reward"].cast(pl.Float64).to_numpy(), 0.0, 1.0)
+    w = nodes["subtree_count"].cast(pl.Float64).fill_null(0.0).to_numpy()
+    return y, w
+
+
+PredictorFactory = Callable[[PredictorConfig], Predictor]
+_REGISTRY: dict[str, PredictorFactory] = {}
+# name -> "module:attribute"; imported on first use (keeps transformers out of CPU runs)
+_LAZY: dict[str, str] = {"hf_encoder": "trace_core.predictor.hf_encoder:HFEncoderPredictor"}
+
+
+def register_predictor(name: str) -> Callable[[PredictorFactory], PredictorFactory]:
+    def deco(factory: PredictorFactory) -> PredictorFactory:
+        if name in _REGISTRY:
+            raise ValueError(f"predictor {name!r} is already registered")
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def known_predictors() -> list[str]:
+    return sorted(set(_REGISTRY) | set(_LAZY))
+
+
+def make_predictor(config: PredictorConfig | None = None, **overrides) -> Predictor:
+    """Build the predictor named by ``config.name`` (default config: ``hashed_mlp``)."""
+    cfg = config or PredictorConfig()
+    if overrides:
+        cfg = cfg.model_copy(update=overrides)
+    if cfg.name not in _REGISTRY and cfg.name in _LAZY:
+        module, attr = _LAZY[cfg.name].split(":")
+        factory = getattr(importlib.import_module(module), attr)
+        _REGISTRY.setdefault(cfg.name, factory)
+    if cfg.name not in _REGISTRY:
+        raise ValueError(f"unknown predictor {cfg.name!r}; known: {', '.join(known_predictors())}")
+    return _REGISTRY[cfg.name](cfg)

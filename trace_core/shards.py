@@ -1,0 +1,242 @@
+"""Parquet shards of the node store: declared table schemas, deterministic paths, atomic writes.
+
+Layout under a home directory ``DIR``::
+
+    DIR/shards/{table}/_schema.parquet                              empty, declares the columns
+    DIR/shards/{table}/run={run_id}/iter={iteration:05d}/{stage}.parquet
+    DIR/shards/{table}/run={run_id}/{stage}.parquet                  tables without an iteration
+
+A shard is written to a temporary name in its own directory, fsynced, then ``os.replace``d onto
+its final name, so a reader sees either the whole shard or none of it, and re-running a stage
+replaces its shard instead of adding duplicate rows. This module does not import duckdb; the
+DuckDB catalogue over these files lives in ``trace_core.store``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import polars as pl
+
+from trace_core.tree import NODE_SCHEMA
+
+PROMPT_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.Utf8,
+    "strategy": pl.Utf8,
+    "iteration": pl.Int32,
+    "prompt_id": pl.Utf8,
+    "task": pl.Utf8,  # task family: math | qa | fc
+    "difficulty": pl.Int32,
+    "v_pred": pl.Float32,  # predicted success probability before sampling
+    "m_alloc": pl.Int32,  # rollouts allocated (0 = skipped)
+    "utility": pl.Float32,  # V_root(v_pred, m_alloc)
+    "n_success": pl.Int32,  # raw rollouts that succeeded (null when skipped)
+    "n_total": pl.Int32,  # raw rollouts generated
+}
+
+ITERATION_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.Utf8,
+    "strategy": pl.Utf8,
+    "iteration": pl.Int32,
+    "budget_asked": pl.Int64,  # trajectories the strategy was allowed
+    "budget_used": pl.Int64,  # trajectories actually generated
+    "tokens": pl.Int64,  # generated tokens
+    "effective_ratio": pl.Float64,
+    "wasted_share": pl.Float64,
+    "accuracy": pl.Float64,  # held-out accuracy over all families
+    "accuracy_math": pl.Float64,
+    "accuracy_qa": pl.Float64,
+    "accuracy_fc": pl.Float64,
+    "loss": pl.Float64,
+    "timings": pl.Utf8,  # JSON object: stage name -> seconds
+    "created_at": pl.Datetime("us"),
+}
+
+PREDICTION_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.Utf8,
+    "strategy": pl.Utf8,
+    "iteration": pl.Int32,
+    "node_id": pl.Utf8,  # the prompt's root node or the prefix node
+    "prompt_id": pl.Utf8,
+    "task": pl.Utf8,
+    "kind": pl.Utf8,  # 'root' | 'prefix'
+    "v_pred": pl.Float32,  # made before the outcome was seen (prospective)
+    "outcome": pl.Float32,  # observed success rate under the node, in [0, 1]
+    "weight": pl.Float32,  # number of outcomes behind ``outcome``
+}
+
+RUN_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.Utf8,
+    "strategy": pl.Utf8,
+    "parent_run_id": pl.Utf8,  # the compare run this run belongs to, if any
+    "config_hash": pl.Utf8,
+    "config_json": pl.Utf8,
+    "seed": pl.Int64,
+    "started_at": pl.Datetime("us"),
+}
+
+TABLES: dict[str, dict[str, pl.DataType]] = {
+    "nodes": NODE_SCHEMA,
+    "prompts": PROMPT_SCHEMA,
+    "iterations": ITERATION_SCHEMA,
+    "predictions": PREDICTION_SCHEMA,
+    "runs": RUN_SCHEMA,
+}
+
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+SCHEMA_SHARD = "_schema.parquet"
+# zstd level 1: ~as fast as lz4/snappy with polars, smaller files (measured in bench_store.py)
+COMPRESSION = "zstd"
+COMPRESSION_LEVEL = 1
+
+
+def _check_name(kind: str, value: str) -> str:
+    if not _SAFE.match(value):
+        raise ValueError(f"{kind} {value!r} must match {_SAFE.pattern} (it becomes a path component)")
+    return value
+
+
+def table_schema(table: str) -> dict[str, pl.DataType]:
+    if table not in TABLES:
+        raise KeyError(f"unknown table {table!r}; known tables: {sorted(TABLES)}")
+    return TABLES[table]
+
+
+def table_dir(home_dir: str | Path, table: str) -> Path:
+    table_schema(table)
+    return Path(home_dir) / "shards" / table
+
+
+def shard_path(home_dir: str | Path, table: str, run_id: str, stage: str, iteration: int | None = None) -> Path:
+    """Deterministic shard path: the same (table, run, iteration, stage) always maps here."""
+    base = table_dir(home_dir, table) / f"run={_check_name('run_id', run_id)}"
+    if iteration is not None:
+        if iteration < 0:
+            raise ValueError(f"iteration must be >= 0, got {iteration}")
+        base = base / f"iter={iteration:05d}"
+    return base / f"{_check_name('stage', stage)}.parquet"
+
+
+def conform(frame: pl.DataFrame, table: str) -> pl.DataFrame:
+    """``frame`` with exactly the table's columns, order and dtypes (missing columns -> null).
+
+    Unknown columns are an error: they would silently vanish from the views otherwise.
+    """
+    schema = table_schema(table)
+    extra = [c for c in frame.columns if c not in schema]
+    if extra:
+        raise ValueError(f"table {table!r} has no columns {extra}; its columns are {list(schema)}")
+    cols = [
+        pl.col(c).cast(dt, strict=True) if c in frame.columns else pl.lit(None, dtype=dt).alias(c)
+        for c, dt in schema.items()
+    ]
+    return frame.select(cols)
+
+
+def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> Path:
+    """Write ``frame`` to ``path`` so that readers see the old file, or the whole new one.
+
+    Temporary file in the same directory (``os.replace`` is atomic only within a filesystem),
+    named ``*.tmp`` so the views' ``*.parquet`` glob never matches a half-written shard.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            frame.write_parquet(fh, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL, statistics=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)  # make the rename itself durable across a power cut
+    return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def ensure_schema_shards(home_dir: str | Path) -> None:
+    """An empty shard per table, so the views bind (with the declared columns) before any data."""
+    for table, schema in TABLES.items():
+        path = table_dir(home_dir, table) / SCHEMA_SHARD
+        if not path.exists():
+            write_parquet_atomic(pl.DataFrame(schema=schema), path)
+
+
+def write_shard(
+    home_dir: str | Path,
+    table: str,
+    frame: pl.DataFrame,
+    *,
+    run_id: str,
+    stage: str,
+    iteration: int | None = None,
+) -> Path:
+    """Conform ``frame`` to ``table`` and write it as the shard of (run, iteration, stage).
+
+    Rows whose ``run_id`` differs from ``run_id`` are rejected (they would land in another run's
+    partition). Returns the shard path (a small, serialisable reference for Prefect tasks).
+    """
+    out = conform(frame, table)
+    if out.height and out.filter(pl.col("run_id") != run_id).height:
+        raise ValueError(f"{table} rows with run_id other than {run_id!r} in shard {stage!r}")
+    if iteration is not None and "iteration" in out.columns and out.height:
+        if out.filter(pl.col("iteration") != iteration).height:
+            raise ValueError(f"{table} rows with iteration other than {iteration} in shard {stage!r}")
+    ensure_schema_shards(home_dir)
+    return write_parquet_atomic(out, shard_path(home_dir, table, run_id, stage, iteration))
+
+
+def read_shard(path: str | Path) -> pl.DataFrame:
+    return pl.read_parquet(path)
+
+
+class ShardWriter:
+    """Writes one run's shards under ``home_dir``; fills ``run_id`` when a frame lacks it.
+
+    >>> w = ShardWriter(tmp, "run-1")
+    >>> w.write("nodes", frame, iteration=3, stage="raw_rollouts")   # -> Path
+    """
+
+    def __init__(self, home_dir: str | Path, run_id: str, *, strategy: str | None = None):
+        self.home_dir = Path(home_dir)
+        self.run_id = _check_name("run_id", run_id)
+        self.strategy = strategy
+        ensure_schema_shards(self.home_dir)
+
+    def write(self, table: str, frame: pl.DataFrame, *, stage: str, iteration: int | None = None) -> Path:
+        fill = []
+        if "run_id" not in frame.columns:
+            fill.append(pl.lit(self.run_id, dtype=pl.Utf8).alias("run_id"))
+        if self.strategy is not None and "strategy" not in frame.columns and "strategy" in TABLES[table]:
+            fill.append(pl.lit(self.strategy, dtype=pl.Utf8).alias("strategy"))
+        if iteration is not None and "iteration" not in frame.columns and "iteration" in TABLES[table]:
+            fill.append(pl.lit(iteration, dtype=pl.Int32).alias("iteration"))
+        if fill:
+            frame = frame.with_columns(fill)
+        return write_shard(self.home_dir, table, frame, run_id=self.run_id, stage=stage, iteration=iteration)
+
+    def path(self, table: str, *, stage: str, iteration: int | None = None) -> Path:
+        return shard_path(self.home_dir, table, self.run_id, stage, iteration)
+
+    def remove(self, table: str, *, stage: str, iteration: int | None = None) -> bool:
+        """Delete a shard (e.g. a stage that is being re-planned); True if it existed."""
+        p = self.path(table, stage=stage, iteration=iteration)
+        existed = p.exists()
+        p.unlink(missing_ok=True)
+        return existed

@@ -1,0 +1,86 @@
+"""Named analysis queries: one ``sql/NAME.sql`` file per question, run against the node store.
+
+No SQL is built in Python: a query is read from its file and its ``$run_id`` parameter is bound
+by DuckDB. ``sql_command`` is what ``trace-rl sql NAME [--run-id ID] [--format F] [--home DIR]``
+calls.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Literal
+
+import polars as pl
+
+from trace_core import store
+
+OutputFormat = Literal["table", "csv", "parquet"]
+FORMATS: tuple[str, ...] = ("table", "csv", "parquet")
+_NOT_QUERIES = {"schema"}  # sql/schema.sql is the catalogue DDL, not a question
+
+
+def list_queries() -> list[str]:
+    """Names of the named queries (``sql/*.sql`` except the schema), sorted."""
+    return sorted(p.stem for p in store.sql_dir().glob("*.sql") if p.stem not in _NOT_QUERIES)
+
+
+def load_query(name: str) -> str:
+    known = list_queries()
+    if name not in known:
+        raise KeyError(f"unknown query {name!r}; known queries: {', '.join(known)}")
+    return (store.sql_dir() / f"{name}.sql").read_text()
+
+
+def describe_query(name: str) -> str:
+    """The question a query answers: its leading ``--`` comment lines."""
+    lines = []
+    for line in load_query(name).splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line.removeprefix("--").strip())
+    return " ".join(lines)
+
+
+def run_named_query(home_dir: str | Path, name: str, run_id: str | None = None) -> pl.DataFrame:
+    """Run ``sql/NAME.sql`` over the shards under ``home_dir``; ``run_id=None`` = all runs."""
+    return store.query(home_dir, load_query(name), {"run_id": run_id})
+
+
+def render(frame: pl.DataFrame, fmt: OutputFormat) -> str:
+    """A result as text: an aligned table (every row and column) or CSV."""
+    if fmt == "table":
+        with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
+            return str(frame)
+    if fmt == "csv":
+        buf = io.StringIO()
+        frame.write_csv(buf)
+        return buf.getvalue()
+    raise ValueError(f"format {fmt!r} has no text form; formats: {FORMATS}")
+
+
+def sql_command(
+    name: str,
+    *,
+    run_id: str | None = None,
+    fmt: OutputFormat = "table",
+    home_dir: str | Path = ".",
+    output: str | Path | None = None,
+) -> str:
+    """Run a named query and render it; what the CLI prints.
+
+    ``fmt='parquet'`` writes ``output`` (default ``NAME.parquet`` in the working directory) and
+    returns a one-line note; ``table``/``csv`` return the text, also written to ``output`` if
+    given.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+    frame = run_named_query(home_dir, name, run_id=run_id)
+    if fmt == "parquet":
+        path = Path(output) if output is not None else Path(f"{name}.parquet")
+        frame.write_parquet(path)
+        return f"wrote {frame.height} rows to {path}"
+    text = render(frame, fmt)
+    if output is not None:
+        Path(output).write_text(text)
+    return text

@@ -1,0 +1,141 @@
+"""The DuckDB side of the node store: the catalogue file and query execution.
+
+Training writes only Parquet shards (``trace_core.shards``); DuckDB reads them through views
+defined in ``sql/schema.sql``. Paths inside the views are relative to the home directory
+``DIR``: every connection opened here sets DuckDB's ``file_search_path`` to ``DIR``, and an
+analyst can run ``cd DIR && duckdb -readonly trace.duckdb``.
+
+DuckDB allows one writing process or many reading ones per database file. So the training
+process never keeps ``DIR/trace.duckdb`` open: it creates the file once (or again if it is
+missing or its schema is stale), and a lock held by someone else only produces a warning.
+Python queries (``query``) run on a private in-memory database carrying the same views, so they
+never contend for the catalogue's lock either. This is the only module that imports duckdb.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import warnings
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from trace_core.shards import ensure_schema_shards
+
+log = logging.getLogger(__name__)
+
+CATALOG_FILE = "trace.duckdb"
+_PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def sql_dir() -> Path:
+    """Directory of ``schema.sql`` and the named queries (``TRACE_RL_SQL_DIR`` overrides)."""
+    override = os.environ.get("TRACE_RL_SQL_DIR")
+    return Path(override) if override else Path(__file__).resolve().parent.parent / "sql"
+
+
+def schema_sql() -> str:
+    return (sql_dir() / "schema.sql").read_text()
+
+
+def schema_sha() -> str:
+    return hashlib.sha256(schema_sql().encode()).hexdigest()[:16]
+
+
+def catalog_path(home_dir: str | Path) -> Path:
+    return Path(home_dir) / CATALOG_FILE
+
+
+def _config(home_dir: Path) -> dict:
+    # threads left at DuckDB's default (all cores); the search path makes the views' relative
+    # globs resolve under this home directory, whatever the process's working directory.
+    return {"file_search_path": str(home_dir.resolve())}
+
+
+def _apply_schema(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(schema_sql())
+
+
+def connect(home_dir: str | Path) -> duckdb.DuckDBPyConnection:
+    """A private in-memory DuckDB with the store's views over ``home_dir``'s shards."""
+    home = Path(home_dir)
+    ensure_schema_shards(home)
+    con = duckdb.connect(":memory:", config=_config(home))
+    _apply_schema(con)
+    return con
+
+
+def _stamp(con: duckdb.DuckDBPyConnection) -> None:
+    stamp = (sql_dir() / "catalog" / "stamp.sql").read_text()
+    con.execute(stamp, {"schema_sha": schema_sha()})
+
+
+def _stamp_of(path: Path, home: Path) -> str | None:
+    with duckdb.connect(str(path), read_only=True, config=_config(home)) as con:
+        try:
+            row = con.execute((sql_dir() / "catalog" / "read_stamp.sql").read_text()).fetchone()
+        except duckdb.CatalogException:
+            return None
+    return row[0] if row else None
+
+
+def ensure_catalog(home_dir: str | Path) -> bool:
+    """Create ``DIR/trace.duckdb`` if it is missing or its views are stale; True if current.
+
+    Never raises because another process holds the file (read-only readers are the normal
+    case while training writes shards): it warns and leaves the existing catalogue alone. The
+    views are globs, so new shards show up in an existing catalogue without a refresh.
+    """
+    home = Path(home_dir)
+    home.mkdir(parents=True, exist_ok=True)
+    ensure_schema_shards(home)
+    path = catalog_path(home)
+    try:
+        if path.exists() and _stamp_of(path, home) == schema_sha():
+            return True
+        with duckdb.connect(str(path), config=_config(home)) as con:
+            _apply_schema(con)
+            _stamp(con)
+        return True
+    except (duckdb.IOException, duckdb.ConnectionException) as err:
+        warnings.warn(f"catalogue {path} is busy, left as it is: {err}", RuntimeWarning, stacklevel=2)
+        return False
+
+
+def open_catalog(home_dir: str | Path, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    """Open ``DIR/trace.duckdb`` (created or refreshed first when possible).
+
+    ``read_only=True`` (the default, and what analysts should use) lets many processes read at
+    once; ``read_only=False`` takes DuckDB's exclusive lock and raises if anyone holds the file.
+    """
+    home = Path(home_dir)
+    ensure_catalog(home)
+    con = duckdb.connect(str(catalog_path(home)), read_only=read_only, config=_config(home))
+    if not read_only:
+        _apply_schema(con)
+        _stamp(con)
+    return con
+
+
+def statement_params(sql: str) -> list[str]:
+    """Names of the ``$name`` parameters a statement uses, in first-use order."""
+    return list(dict.fromkeys(_PARAM.findall(sql)))
+
+
+def query(home_dir: str | Path, sql: str, params: dict | None = None) -> pl.DataFrame:
+    """Run one SQL statement (read from a file, never built here) against the store's views.
+
+    Only the parameters the statement names are bound (DuckDB rejects extra ones); a named
+    parameter that ``params`` lacks is bound to NULL.
+    """
+    given = params or {}
+    unknown = set(given) - set(statement_params(sql))
+    if unknown - {"run_id"}:
+        raise ValueError(f"parameters {sorted(unknown)} are not used by the statement")
+    bound = {name: given.get(name) for name in statement_params(sql)}
+    with connect(home_dir) as con:
+        return con.execute(sql, bound).pl()

@@ -1,0 +1,81 @@
+"""TRACE utilities: root and prefix utilities and their marginal gains (vectorised numpy).
+
+* Root utility ``V_root(v, m) = 1 - v^m - (1-v)^m``: the chance that ``m`` rollouts of a prompt
+  with success probability ``v`` hold at least one success and one failure (a contrastive group).
+  ``V_root(v, 0) = V_root(v, 1) = 0``. The gain of the ``m``-th rollout (``m >= 2``) is
+  ``v(1-v)(v^(m-2) + (1-v)^(m-2))``: ``2v(1-v)`` for the second, then non-increasing.
+* Prefix utility ``V_pref(v, r, k) = 1 - q^k`` with ``q = r v + (1-r)(1-v)``: the chance that ``k``
+  continuations from a prefix with success probability ``v``, lying on a rollout with reward ``r``,
+  contain at least one reward that differs from ``r``. Gain of the ``k``-th continuation:
+  ``q^(k-1)(1-q)``, geometric, hence concave in ``k``.
+
+All functions broadcast their arguments like numpy ufuncs and return float64 arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def root_utility(v, m) -> np.ndarray:
+    """``V_root(v, m)``; broadcasts ``v`` (probabilities) against ``m`` (rollout counts >= 0)."""
+    v = np.asarray(v, dtype=np.float64)
+    m = np.asarray(m)
+    # v**0 = 1 would give -1 at m = 0; both m = 0 and m = 1 carry no contrast.
+    u = 1.0 - np.power(v, m) - np.power(1.0 - v, m)
+    return np.where(m >= 2, u, 0.0)
+
+
+def flip_probability_base(v, r) -> np.ndarray:
+    """``q = r v + (1-r)(1-v)``: chance that one continuation repeats the reward ``r``."""
+    v = np.asarray(v, dtype=np.float64)
+    r = np.asarray(r, dtype=np.float64)
+    return r * v + (1.0 - r) * (1.0 - v)
+
+
+def prefix_utility(v, r, k) -> np.ndarray:
+    """``V_pref(v, r, k) = 1 - q^k``; broadcasts prefix probabilities, rewards and counts."""
+    q = flip_probability_base(v, r)
+    k = np.asarray(k)
+    return np.where(k >= 1, 1.0 - np.power(q, k), 0.0)
+
+
+def root_gain_table(v, max_per_prompt: int) -> np.ndarray:
+    """Marginal gains of root rollouts, shape ``(N, max_per_prompt)``.
+
+    Column ``j`` holds ``V_root(v, j+1) - V_root(v, j)``: column 0 is 0 (one rollout has no
+    contrast), column 1 is ``2v(1-v)``, later columns ``v(1-v)(v^(m-2) + (1-v)^(m-2))``.
+    """
+    v = np.asarray(v, dtype=np.float64).reshape(-1)
+    m = np.arange(1, max_per_prompt + 1)
+    vv = v[:, None]
+    pq = vv * (1.0 - vv)
+    e = np.maximum(m - 2, 0)
+    g = pq * (np.power(vv, e) + np.power(1.0 - vv, e))
+    g[:, 0] = 0.0
+    return g
+
+
+def root_value_table(v, max_per_prompt: int) -> np.ndarray:
+    """``V_root(v_i, m)`` for ``m = 0..max_per_prompt``, shape ``(N, max_per_prompt + 1)``."""
+    v = np.asarray(v, dtype=np.float64).reshape(-1)
+    return root_utility(v[:, None], np.arange(max_per_prompt + 1)[None, :])
+
+
+def prefix_gain_table(v, r, max_per_node: int) -> np.ndarray:
+    """Marginal gains ``q^(k-1)(1-q)`` of continuations ``k = 1..max_per_node``, shape ``(N, K)``."""
+    q = flip_probability_base(v, r).reshape(-1)
+    out = np.empty((q.shape[0], max_per_node), dtype=np.float64)
+    g = 1.0 - q
+    for j in range(max_per_node):  # repeated multiplication: identical bits to prefix_gains_column
+        out[:, j] = g
+        g = g * q
+    return out
+
+
+def prefix_gains_column(q: np.ndarray, k: int) -> np.ndarray:
+    """Gain of the ``k``-th continuation (1-based) given ``q``, computed exactly as in the table."""
+    g = 1.0 - q
+    for _ in range(k - 1):
+        g = g * q
+    return g
