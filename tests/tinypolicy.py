@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 
+import pytest
+
 from trace_core.policy.chat import ChatFormat
 from trace_core.policy.model import ModelConfig, build_model
 from trace_core.policy.tokenizer import TokenizerConfig, train_tokenizer
@@ -34,3 +36,33 @@ def tiny_model(seed: int = 0, vocab_size: int | None = None):
     cfg = ModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
                       intermediate_size=128, vocab_size=vocab_size or len(tok), max_position_embeddings=1024)
     return build_model(cfg, seed=seed, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+
+
+def spread_model(seed: int = 0, std: float = 0.15):
+    """A random model with larger weights, so greedy outputs vary instead of repeating one token."""
+    import torch
+
+    model = tiny_model(seed)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
+    return model
+
+
+def prompts(chat: ChatFormat) -> list[tuple[int, ...]]:
+    """Three chat prompts of different lengths (exercise left padding)."""
+    qs = ["What is 12 * 7?", "What is 3 + 4 * 2 - 1? Use the calculator.", "capital of France"]
+    return [tuple(chat.prompt_ids([{"role": "user", "content": q}])) for q in qs]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run ~5x faster on one thread when the CPU is shared (2 cores, many jobs)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trace_core.advantage import AdvantageConfig
 from trace_core.config_io import load_config
 from trace_core.engines.base import SamplingConfig
 from trace_core.envs.config import EnvConfig
@@ -63,6 +64,7 @@ class TrainConfig(BaseModel):
     allocation: AllocationConfig = Field(default_factory=AllocationConfig,
                                          description="Strategy and budget (trace_core.strategies).")
     predictor: PredictorConfig = Field(default_factory=PredictorConfig, description="Success predictor.")
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="Advantage estimator.")
     update: UpdateConfig = Field(default_factory=UpdateConfig, description="Policy update (trace_core.policy.update).")
     warmup: WarmupConfig = Field(default_factory=WarmupConfig, description="SFT warm start (trace-rl warmup).")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")

@@ -138,4 +138,4 @@ def query(home_dir: str | Path, sql: str, params: dict | None = None) -> pl.Data
         raise ValueError(f"parameters {sorted(unknown)} are not used by the statement")
     bound = {name: given.get(name) for name in statement_params(sql)}
     with connect(home_dir) as con:
-        return con.execute(sql, bound).pl()
+        return con.sql(sql, params=bound).pl()

@@ -1,0 +1,58 @@
+"""Agent environments: a registry of families, each ``Env.reset(task) -> Episode``.
+
+``make_env(family, **cfg)`` builds one env; ``cfg`` are ``EnvConfig`` field names (validated;
+``families`` / ``difficulties`` are ignored by a single env) plus family extras (QA: ``corpus``).
+``make_envs(cfg)`` builds one per family with positive weight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trace_core.envs.base import Env, Episode, StepResult, Task, replay
+from trace_core.envs.config import EnvConfig
+from trace_core.envs.fc_env import FCEnv
+from trace_core.envs.math_env import MathEnv
+from trace_core.envs.qa_env import QAEnv
+
+EnvFactory = Callable[..., Env]
+ENVS: dict[str, EnvFactory] = {}
+
+
+def register_env(name: str) -> Callable[[EnvFactory], EnvFactory]:
+    """Decorator / function registering ``factory(cfg: EnvConfig, **extras) -> Env``."""
+
+    def deco(factory: EnvFactory) -> EnvFactory:
+        if name in ENVS:
+            raise ValueError(f"env {name!r} already registered")
+        ENVS[name] = factory
+        return factory
+
+    return deco
+
+
+register_env("math")(MathEnv)
+register_env("qa")(QAEnv)
+register_env("fc")(FCEnv)
+
+_EXTRAS = {"corpus"}
+
+
+def make_env(family: str, config: EnvConfig | None = None, **cfg: Any) -> Env:
+    """``make_env("math", max_turns=6)`` or ``make_env("qa", config=env_cfg, corpus=paras)``."""
+    if family not in ENVS:
+        raise KeyError(f"unknown env {family!r}; known: {sorted(ENVS)}")
+    extras = {k: cfg.pop(k) for k in list(cfg) if k in _EXTRAS}
+    base = config.model_dump() if config is not None else {}
+    env_cfg = EnvConfig(**{**base, **cfg})
+    return ENVS[family](env_cfg, **extras)
+
+
+def make_envs(config: EnvConfig) -> dict[str, Env]:
+    """One env per family with a positive mix weight."""
+    return {f: make_env(f, config=config) for f, w in config.families.items() if w > 0}
+
+
+__all__ = ["ENVS", "Env", "EnvConfig", "Episode", "StepResult", "Task", "make_env", "make_envs",
+           "register_env", "replay"]

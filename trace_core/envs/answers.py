@@ -14,6 +14,7 @@ from fractions import Fraction
 from trace_core.envs.actions import CORRECT, EMPTY_ANSWER, UNPARSABLE_ANSWER, WRONG_ANSWER
 
 MAX_ANSWER_CHARS = 512
+_REL_TOL = Fraction(1, 10**6)  # accepts answers rounded to ~7 significant digits
 
 # ---------------------------------------------------------------- math
 
@@ -43,7 +44,7 @@ _FRAC_LATEX = re.compile(r"^(-?)\\[dt]?frac\{(-?\d+)\}\{(-?\d+)\}$")
 _FRAC_PLAIN = re.compile(r"^(-?\d+)\s*/\s*(-?\d+)$")
 _NUMBER = re.compile(rf"^({_NUM})$")
 # currency up front, units / percent / a few words after: "$1,200.50", "18 dollars", "45 km/h", "50%"
-_WITH_UNITS = re.compile(rf"^[$€£¥]?\s*({_NUM})\s*(?:%|[^\W\d_][\w/°²³.\- ]{{0,30}})?\.?$")
+_WITH_UNITS = re.compile(rf"^[$€£¥]?\s*({_NUM})\s*(?:%|[^\W\d_](?:[^\W\d_]|[/°²³.\- ]){{0,30}})?\.?$")
 _LATEX_NOISE = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\ ", "$", "\\displaystyle", "\\%")
 
 
@@ -99,7 +100,7 @@ def check_math(pred: object, gold: str) -> tuple[float, str, dict]:
     if gv is not None:
         if pv is None:
             return 0.0, UNPARSABLE_ANSWER, {"pred": p[:64]}
-        ok = pv == gv or (gv != 0 and abs(float(pv - gv) / float(gv)) < 1e-6)
+        ok = abs(pv - gv) <= _REL_TOL * abs(gv)  # exact rationals: no float overflow on huge input
         return (1.0, CORRECT, {}) if ok else (0.0, WRONG_ANSWER, {"pred": p[:64]})
     ok = normalise_math(p) == normalise_math(g)
     return (1.0, CORRECT, {}) if ok else (0.0, WRONG_ANSWER, {"pred": p[:64]})

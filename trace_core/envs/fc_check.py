@@ -47,17 +47,30 @@ def to_json_schema(params: Any) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=4096)
-def _validator(schema_json: str) -> jsonschema.protocols.Validator:
+def _validator_for_json(schema_json: str) -> jsonschema.protocols.Validator:
     schema = json.loads(schema_json)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     return cls(schema)
 
 
+_BY_ID: dict[int, tuple[dict, jsonschema.protocols.Validator]] = {}  # fast path: same schema object
+
+
+def _validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+    hit = _BY_ID.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    v = _validator_for_json(json.dumps(schema, sort_keys=True))
+    if len(_BY_ID) > 4096:
+        _BY_ID.clear()
+    _BY_ID[id(schema)] = (schema, v)  # holding the schema keeps its id from being reused
+    return v
+
+
 def schema_error(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
     """First JSON Schema violation of ``args`` (short message) or None. Validators are cached."""
     try:
-        v = _validator(json.dumps(schema, sort_keys=True))
-        err = next(iter(v.iter_errors(args)), None)
+        err = next(iter(_validator(schema).iter_errors(args)), None)
     except (jsonschema.exceptions.SchemaError, RecursionError, ValueError, TypeError):
         return "invalid schema"
     return None if err is None else err.message[:120]

@@ -70,7 +70,7 @@ def demo_stream(
     Each chunk draws one (family, difficulty) cell per task from ``seed``'s generator (family
     by weight, difficulty uniform) and generates that cell's tasks with a derived seed.
     """
-    from trace_core.envs.synthetic import make_env
+    from trace_core.envs import make_env
 
     names = sorted(k for k, w in families.items() if w > 0)
     weights = np.array([families[k] for k in names], dtype=float)

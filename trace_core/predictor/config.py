@@ -32,7 +32,7 @@ class ModelConfig(BaseModel):
     )
     batch_size: int = Field(512, ge=16, le=65536, description="Minibatch size (nodes).")
     lr: float = Field(0.01, gt=0.0, le=1.0, description="Adam learning rate.")
-    weight_decay: float = Field(1e-5, ge=0.0, le=1.0, description="L2 penalty (AdamW decoupled decay).")
+    weight_decay: float = Field(1e-5, ge=0.0, le=1.0, description="Decoupled weight decay of the dense layers (the sparse text table has none).")
     max_train_nodes: int = Field(
         40_000,
         ge=100,

@@ -179,11 +179,12 @@ def featurize(nodes: pl.DataFrame, cfg: FeatureConfig) -> FeatureBatch:
         cats += [f"err={min(int(errs[i]), 3)}", f"ans={int(answered[i])}", f"root={int(depth[i] == 0)}"]
         blocks.append([h.tokens("c", cats)])
         offsets[i] = pos
-        for b in blocks:
-            bi, bv = _block(b)
-            idx.append(bi)
-            vals.append(bv)
-            pos += len(bi)
+        bi, bv = zip(*(_block(b) for b in blocks), strict=True)
+        # merge repeated buckets (the same tool-call tokens recur every turn): 3-5x fewer entries
+        uniq, inv = np.unique(np.concatenate(bi), return_inverse=True)
+        idx.append(uniq)
+        vals.append(np.bincount(inv, weights=np.concatenate(bv)).astype(np.float32))
+        pos += len(uniq)
     dense = _dense(nodes, depth, errs, answered)
     idx_arr = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
     vals_arr = np.concatenate(vals) if vals else np.zeros(0, dtype=np.float32)

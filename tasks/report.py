@@ -1,0 +1,65 @@
+"""Per-iteration progress lines and Prefect UI artifacts (allocation summary, metrics)."""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+from prefect import get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from trace_core.config import TrainConfig
+from trace_core.runtime import RunRef
+from trace_core.shards import read_shard
+
+
+def _key(*parts: object) -> str:
+    """Prefect artifact keys: lowercase letters, digits and dashes."""
+    return re.sub(r"[^a-z0-9-]+", "-", "-".join(map(str, parts)).lower()).strip("-")[:100]
+
+
+def progress_line(i: int, results: dict, row: dict) -> str:
+    raw, ext, sc, ver, upd = (results[k] for k in ("raw", "extend", "score", "verify", "update"))
+    roots = results["roots"]
+    secs = sum(float(v.get("seconds", 0.0)) for v in results.values())
+    return (f"iter {i}: roots {roots['active']}/{roots['candidates']} prompts, {raw['trajectories']} raw "
+            f"@ {raw['tokens_per_s']:.0f} tok/s | prefixes {sc['branched']}/{sc['prefixes']} branched, "
+            f"{ext['trajectories']} continuations | budget {row['budget_used']}/{row['budget_asked']} | "
+            f"effective {ver['effective_ratio']:.1%} (wasted {ver['wasted']}) | train reward "
+            f"{ver['train_reward']:.2f} | loss {upd.get('loss', 0.0):+.4f}"
+            + (f" | held-out acc {row['accuracy']:.1%}" if row.get("accuracy") is not None else "")
+            + f" | {secs:.1f}s")
+
+
+def allocation_summary(prompts: pl.DataFrame) -> list[dict]:
+    """Per (task, difficulty): candidates, chosen, rollouts, mean predicted v, successes."""
+    g = (prompts.group_by("task", "difficulty")
+         .agg(pl.len().alias("candidates"), (pl.col("m_alloc") > 0).sum().alias("chosen"),
+              pl.col("m_alloc").sum().alias("rollouts"), pl.col("v_pred").mean().round(3).alias("mean_v_pred"),
+              pl.col("n_success").sum().alias("successes"))
+         .sort("task", "difficulty"))
+    return g.to_dicts()
+
+
+def publish_iteration(ref: RunRef, cfg: TrainConfig, i: int, results: dict, row: dict) -> None:
+    """One progress line in the flow log; table + markdown artifacts in the Prefect UI."""
+    log = get_run_logger()
+    log.info(progress_line(i, results, row))
+    from trace_core.shards import shard_path
+
+    prompts = read_shard(shard_path(ref.home, "prompts", ref.run_id, "final", i))
+    create_table_artifact(key=_key("allocation", ref.run_id), table=allocation_summary(prompts),
+                          description=f"Root allocation of iteration {i} ({cfg.allocation.strategy})")
+    ver, stage_times = results["verify"], {k: float(v.get("seconds", 0.0)) for k, v in results.items()}
+    md = [f"### {ref.run_id}: iteration {i}", "", "| metric | value |", "|---|---|",
+          f"| strategy | {cfg.allocation.strategy} |",
+          f"| budget used / asked | {row['budget_used']} / {row['budget_asked']} |",
+          f"| tokens | {row['tokens']} |", f"| effective ratio | {ver['effective_ratio']:.3f} |",
+          f"| wasted trajectories | {ver['wasted']} |",
+          f"| effective per 1k tokens | {ver['effective_per_1k_tokens']:.2f} |",
+          f"| train reward | {ver['train_reward']:.3f} |"]
+    if row.get("accuracy") is not None:
+        md.append(f"| held-out accuracy | {row['accuracy']:.3f} |")
+    md += ["", "| stage | seconds |", "|---|---|"] + [f"| {k} | {v:.2f} |" for k, v in stage_times.items()]
+    create_markdown_artifact(key=_key("metrics", ref.run_id), markdown="\n".join(md),
+                             description=f"Metrics of iteration {i}")

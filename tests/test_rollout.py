@@ -1,0 +1,155 @@
+"""The agent loop: raw rollouts and prefix extensions record correct, reproducible trees."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tests.tinypolicy import one_thread, spread_model, tiny_chat  # noqa: F401
+from trace_core.engines.base import GenRequest, GenResult, SamplingConfig
+from trace_core.engines.hf import HFEngine
+from trace_core.envs import make_env
+from trace_core.envs.synthetic import demonstration, generate_tasks
+from trace_core.policy.update import build_sequences
+from trace_core.rollout import RolloutConfig, extend_prefixes, run_rollouts
+from trace_core.rollout_nodes import finalize_tree, trajectories
+from trace_core.tree import NODE_SCHEMA
+
+FAMILIES = ("math", "qa", "fc")
+
+
+class ScriptedEngine:
+    """Answers every request with the task's demonstration turn (found by prompt prefix)."""
+
+    name = "scripted"
+
+    def __init__(self, chat, scripts):
+        self.chat, self.scripts, self.calls = chat, scripts, []
+
+    def generate(self, requests, sampling):
+        self.calls.append([(len(r.prompt_ids), r.n) for r in requests])
+        out = []
+        for r in requests:
+            (prompt, actions), = [(p, a) for p, a in self.scripts.items() if tuple(r.prompt_ids[:len(p)]) == p]
+            turn = self.chat.decode(r.prompt_ids[len(prompt):]).count("<|im_start|>assistant")
+            ids = tuple(self.chat.encode(actions[turn]))
+            out.append([GenResult(ids, self.chat.decode(ids), (-0.5,) * len(ids), "stop")] * r.n)
+        return out
+
+    def load_weights(self, checkpoint):  # pragma: no cover - protocol only
+        pass
+
+
+@pytest.fixture(scope="module")
+def chat():
+    return tiny_chat()
+
+
+@pytest.fixture(scope="module")
+def envs():
+    # 'observe': a malformed turn shows an error and the episode goes on, so even a random
+    # model plays several turns
+    return {f: make_env(f, max_turns=3, on_malformed="observe") for f in FAMILIES}
+
+
+def _tasks():
+    return [t for f in FAMILIES for t in generate_tasks(f, 2, 1, seed=3)]
+
+
+def test_scripted_demonstrations_reach_reward_one(chat, envs):
+    tasks = _tasks()
+    scripts = {tuple(chat.prompt_ids(envs[t.family].reset(t).messages())): demonstration(t) for t in tasks}
+    eng = ScriptedEngine(chat, scripts)
+    nodes = run_rollouts(eng, chat, {f: make_env(f) for f in FAMILIES}, tasks, [2] * len(tasks),
+                         sampling=SamplingConfig(), run_id="r", iteration=1, seed=0)
+    assert nodes.schema == pl.Schema(NODE_SCHEMA)
+    leaves = nodes.filter(pl.col("is_leaf"))
+    assert len(leaves) == 2 * len(tasks)
+    assert leaves["reward"].to_list() == [1.0] * len(leaves), leaves["reward_reason"].to_list()
+    roots = nodes.filter(pl.col("depth") == 0)
+    assert roots["alloc_children"].to_list() == [2] * len(tasks)
+    assert roots["subtree_mean_reward"].to_list() == [1.0] * len(tasks)
+    # the m rollouts of a prompt share their first-turn context: one request with n = 2
+    assert eng.calls[0] == [(len(p), 2) for p in scripts]
+    for t in tasks:  # depth = number of demonstration turns
+        assert nodes.filter(pl.col("prompt_id") == t.prompt_id)["depth"].max() == len(demonstration(t))
+
+
+def test_random_model_runs_multi_turn_episodes_in_every_env(chat, envs):
+    tasks = _tasks()
+    eng = HFEngine(spread_model(seed=2), chat)
+    s = SamplingConfig(max_new_tokens=12, seed=1)
+    cfg = RolloutConfig(max_turns=3, progress=False)
+    nodes = run_rollouts(eng, chat, envs, tasks, [3] * len(tasks), sampling=s, cfg=cfg, run_id="r", seed=7)
+    for f in FAMILIES:
+        fam = nodes.filter(pl.col("task") == f)
+        assert fam["depth"].max() >= 2, f  # several turns were played
+    turns = nodes.filter(pl.col("depth") > 0)
+    assert (turns["new_tokens"] == turns["action_token_ids"].list.len()).all()
+    assert (turns["new_tokens"] == turns["action_logprobs"].list.len()).all()
+    leaves = nodes.filter(pl.col("is_leaf"))
+    assert leaves["reward"].null_count() == 0 and leaves["reward_reason"].null_count() == 0
+    assert len(trajectories(nodes)) == 3 * len(tasks)
+    again = run_rollouts(eng, chat, envs, tasks, [3] * len(tasks), sampling=s, cfg=cfg, run_id="r", seed=7)
+    assert again["node_id"].to_list() == nodes["node_id"].to_list()
+    assert again["action_text"].to_list() == nodes["action_text"].to_list()
+    # the training sequence of a trajectory is exactly ChatFormat.episode_ids of its turns
+    msgs = {t.prompt_id: envs[t.family].reset(t).messages() for t in tasks}
+    seqs = build_sequences(nodes.with_columns(advantage=pl.lit(1.0)), chat, msgs)
+    rows = {r["node_id"]: r for r in nodes.iter_rows(named=True)}
+    for traj, seq in zip(trajectories(nodes), seqs, strict=True):
+        turns_ = [rows[n] for n in traj.path[1:]]
+        obs = [t["observation_text"] for t in turns_ if t["observation_text"] is not None]
+        ids, mask = chat.episode_ids(msgs[traj.prompt_id], [t["action_token_ids"] for t in turns_], obs)
+        assert seq.input_ids == ids and seq.loss_mask == mask
+
+
+def test_extensions_continue_from_a_replayed_prefix(chat, envs):
+    tasks = _tasks()
+    eng = HFEngine(spread_model(seed=2), chat)
+    s = SamplingConfig(max_new_tokens=12, seed=1)
+    cfg = RolloutConfig(max_turns=3, progress=False)
+    nodes = run_rollouts(eng, chat, envs, tasks, [2] * len(tasks), sampling=s, cfg=cfg, seed=7)
+    open_ = nodes.filter((pl.col("depth") == 1) & ~pl.col("is_leaf"))
+    prefixes = {n: 3 for n in open_["node_id"].to_list()[:2]}
+    by_prompt = {t.prompt_id: t for t in tasks}
+    ext = extend_prefixes(eng, chat, envs, by_prompt, nodes, prefixes, sampling=s, cfg=cfg, seed=7)
+    assert (ext["origin"] == "extension").all()
+    first = ext.filter(pl.col("parent_id").is_in(list(prefixes)))
+    assert sorted(first["parent_id"].value_counts()["count"].to_list()) == [3, 3]
+    assert (first["depth"] == 2).all()
+    assert ext["trajectory_id"].n_unique() == 6
+    full = finalize_tree(pl.concat([nodes, ext]))
+    pre = full.filter(pl.col("node_id").is_in(list(prefixes)))
+    assert pre["subtree_count"].to_list() == [4, 4]  # the original continuation + 3 new ones
+    again = extend_prefixes(eng, chat, envs, by_prompt, nodes, prefixes, sampling=s, cfg=cfg, seed=7)
+    assert again["node_id"].to_list() == ext["node_id"].to_list()
+    # extension sequences train only their own turns; the shared prefix is context
+    msgs = {t.prompt_id: envs[t.family].reset(t).messages() for t in tasks}
+    seqs = [q for q in build_sequences(full.with_columns(advantage=pl.lit(1.0)), chat, msgs)
+            if q.trajectory_id in set(ext["trajectory_id"].to_list())]
+    assert len(seqs) == 6
+    plen = {pid: len(chat.prompt_ids(m)) for pid, m in msgs.items()}
+    for q in seqs:
+        assert sum(q.loss_mask[: min(plen.values())]) == 0
+    with pytest.raises(ValueError, match="leaf or a root"):
+        leaf = nodes.filter(pl.col("is_leaf"))["node_id"][0]
+        extend_prefixes(eng, chat, envs, by_prompt, nodes, {leaf: 2}, sampling=s, cfg=cfg)
+
+
+def test_context_limit_ends_episodes(chat, envs):
+    tasks = _tasks()[:1]
+    eng = HFEngine(spread_model(seed=2), chat)
+    plen = len(chat.prompt_ids(envs["math"].reset(tasks[0]).messages()))
+    cfg = RolloutConfig(max_turns=8, max_context_tokens=plen + 30, progress=False)
+    nodes = run_rollouts(eng, chat, envs, tasks, [2], sampling=SamplingConfig(max_new_tokens=12), cfg=cfg)
+    reasons = set(nodes.filter(pl.col("is_leaf"))["reward_reason"].to_list())
+    assert reasons <= {"context_limit", "turn_limit", "no_action", "wrong_answer", "correct", "malformed_json",
+                       "malformed_call", "unknown_tool", "bad_arguments", "tool_error", "empty_answer",
+                       "unparsable_answer", "token_limit"}
+    assert nodes["depth"].max() <= 3
+
+
+def test_engine_request_shape(chat):
+    r = GenRequest((1, 2, 3), n=2, seed=4)
+    assert r.n == 2 and r.prompt_ids == (1, 2, 3)

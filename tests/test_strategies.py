@@ -1,0 +1,93 @@
+"""Strategy registry and the budget each strategy spends."""
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from trace_core.strategies import (
+    AllocationConfig,
+    Strategy,
+    get_strategy,
+    random_prefixes,
+    register_strategy,
+    strategy_names,
+)
+
+ALL = ["dapo", "grpo", "pcl", "trace", "trace-prefix", "trace-root", "treepo"]
+
+
+def test_registry_names_duplicates_and_unknown():
+    assert set(ALL) <= set(strategy_names())
+    with pytest.raises(ValueError, match="already registered"):
+        register_strategy("grpo")(type("Again", (Strategy,), {}))
+    with pytest.raises(KeyError, match="known: .*grpo"):
+        get_strategy("nope")
+    with pytest.raises(ValidationError, match="unknown strategy 'nope'"):
+        AllocationConfig(strategy="nope")
+    with pytest.raises(ValidationError, match="max_per_prompt"):
+        AllocationConfig(max_per_prompt=2, min_active=3)
+    with pytest.raises(ValidationError, match="root_share"):
+        AllocationConfig(root_share=1.5)
+    with pytest.raises(ValidationError, match="extra"):
+        AllocationConfig(budjet_total=3)
+
+
+def _spend(name, cfg, seed=0):
+    rng = np.random.default_rng(seed)
+    s = get_strategy(name)
+    v = rng.random(200)
+    m = s.allocate_roots(v, cfg, rng)
+    R = int(m.sum())
+    T = 4
+    P = R * (T - 1)
+    depth = np.tile(np.arange(1, T), R)
+    k = s.allocate_prefixes(rng.random(P), rng.integers(0, 2, P).astype(float), depth, T - depth,
+                            cfg.budget_total - R, cfg, rng)
+    return s, m, k
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_strategy_spends_the_same_budget(name):
+    cfg = AllocationConfig(strategy=name, budget_total=256, root_share=0.5)
+    s, m, k = _spend(name, cfg)
+    assert np.all((m == 0) | ((m >= cfg.min_active) & (m <= max(cfg.max_per_prompt, cfg.group_size))))
+    assert m.sum() <= s.root_budget(cfg)
+    assert m.sum() + k.sum() == cfg.budget_total  # these pools are large enough to use it all
+    assert np.all(k <= cfg.max_per_node)
+    if not s.has_extensions:
+        assert k.sum() == 0 and m.sum() == cfg.budget_total
+    else:
+        assert m.sum() <= 128
+
+
+def test_uniform_takes_the_stream_head_and_pcl_the_middle():
+    cfg = AllocationConfig(strategy="grpo", budget_total=24, group_size=8)
+    v = np.array([0.0, 1.0, 0.5, 0.45, 0.9, 0.52])
+    assert get_strategy("grpo").allocate_roots(v, cfg, None).tolist() == [8, 8, 8, 0, 0, 0]
+    assert get_strategy("pcl").allocate_roots(v, cfg, None).tolist() == [0, 0, 8, 8, 0, 8]
+    assert get_strategy("dapo").drop_zero_variance and not get_strategy("grpo").drop_zero_variance
+
+
+def test_trace_roots_skip_hopeless_prompts():
+    cfg = AllocationConfig(strategy="trace", budget_total=16, root_share=1.0)
+    v = np.array([0.0, 1.0, 0.5, 0.5])
+    assert get_strategy("trace").allocate_roots(v, cfg, None).tolist() == [0, 0, 8, 8]
+
+
+def test_random_prefixes_is_seeded_and_bounded():
+    a = random_prefixes(10, 13, 2, 3, np.random.default_rng(1))
+    b = random_prefixes(10, 13, 2, 3, np.random.default_rng(1))
+    assert a.tolist() == b.tolist() and a.sum() == 13 and a.max() <= 3
+    assert random_prefixes(4, 100, 2, 3, np.random.default_rng(0)).tolist() == [3, 3, 3, 3]
+    assert random_prefixes(0, 5, 2, 3, np.random.default_rng(0)).tolist() == []
+
+
+def test_token_budget_buys_more_short_continuations():
+    cfg = AllocationConfig(strategy="trace", budget_total=64, token_budget=True)
+    s = get_strategy("trace")
+    v = np.full(6, 0.5)
+    r = np.ones(6)
+    remaining = np.array([4, 4, 4, 1, 1, 1])
+    k = s.allocate_prefixes(v, r, 5 - remaining, remaining, 2, cfg, None)
+    assert (k * remaining).sum() <= 2 * 4
+    assert k.sum() > 2  # more than two continuations with a 2-episode budget

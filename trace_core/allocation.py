@@ -1,0 +1,408 @@
+"""Exact TRACE budget solvers: root (prompt) allocation and prefix (continuation) allocation.
+
+Root problem: maximise ``sum_i V_root(v_i, m_i)`` over ``m_i in {0} | [min_active, M]`` with
+``sum_i m_i <= B``. ``V_root`` is concave in ``m`` on ``[min_active, M]`` but the step from 0 to
+``min_active`` is not (``V_root(v, 1) = 0``), so a plain greedy is not exact at the boundary.
+
+Method (``_roots_exact``), O(N M) and fully vectorised:
+
+1. *Concave hull per prompt.* The upper concave envelope of ``{(0, 0)} | {(m, V(m)): m >= a}`` is
+   one *block* ``0 -> s_i`` (``s_i = argmax_{m >= a} V(m)/m``) followed by unit steps, because
+   ``V`` is concave on ``[a, M]``. Spreading the block's average over its ``s_i`` units gives an
+   ``(N, M)`` table of non-increasing hull slopes.
+2. *Lagrangian threshold.* ``lam`` = the ``(B+1)``-th largest hull slope (``np.partition``). Every
+   hull item with slope > ``lam`` is taken; items with slope == ``lam`` are taken in index order
+   until the first that does not fit. This base solution ``m^G`` maximises ``V_i(m) - lam m`` for
+   every prompt and leaves a slack ``r < M``.
+3. *Exact repair.* With reduced costs ``c_i(m) = [V_i(m^G) - lam m^G] - [V_i(m) - lam m] >= 0``,
+   ``value(m) = const - [sum_i c_i(m_i) + lam (B - sum_i m_i)]``; the base scores ``lam r``, so an
+   optimum only uses options with ``c_i <= lam r``. Among optimal solutions, one with fewest
+   changed prompts changes fewer than ``M^2 + 2M`` of them (Steinitz-type exchange: if at least
+   ``M`` prompts go up and ``M`` go down, equal-sum subsets exist and can be reverted; a surplus
+   slack of ``M`` lets one decrease be reverted). Hence keeping, for each change
+   ``d = m - m^G``, the ``M^2 + 2M`` cheapest prompts and running an exact DP over their options
+   (state: sum of changes) returns the optimum. Tested against brute force.
+
+Prefix problem: ``V_pref`` is concave in ``k``, so thresholding the marginal gains is exact; the
+threshold is bracketed on a strided sample and resolved exactly inside the bracket.
+
+Per-item costs (``cost=``): knapsack with chains; equal costs reduce to the exact solvers,
+otherwise greedy by gain/cost over hull items, a fill pass, and the best single item, which
+guarantees at least 1/2 of the optimum (the LP bound is at most greedy + one hull item, and any
+hull prefix of one row fits alone). Ties are broken deterministically: lower index first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trace_core.utility import prefix_value_table, root_value_columns
+
+_TOL = 1e-12
+_FILL_SCAN = 200_000  # items the (sequential) fill pass looks at; the 1/2 bound does not need it
+
+
+# ----------------------------------------------------------------------------- validation
+def _probabilities(name: str, x) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {a.shape}")
+    bad = ~np.isfinite(a) | (a < 0.0) | (a > 1.0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name} must hold finite values in [0, 1]; {name}[{i}] = {a[i]!r}")
+    return a
+
+
+def _budget(budget, integral: bool) -> float:
+    b = float(budget)
+    if not np.isfinite(b) or b < 0:
+        raise ValueError(f"budget must be a finite number >= 0, got {budget!r}")
+    return float(np.floor(b)) if integral else b
+
+
+def _costs(cost, n: int) -> np.ndarray:
+    c = np.broadcast_to(np.asarray(cost, dtype=np.float64), (n,)) if np.ndim(cost) == 0 else np.asarray(
+        cost, dtype=np.float64
+    )
+    if c.shape != (n,):
+        raise ValueError(f"cost must be a scalar or have shape ({n},), got shape {c.shape}")
+    if not (np.isfinite(c).all() and (c > 0).all()):
+        raise ValueError("cost must hold finite values > 0")
+    return c
+
+
+def _positive_int(name: str, x, lo: int = 1) -> int:
+    if int(x) != x or x < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {x!r}")
+    return int(x)
+
+
+# ----------------------------------------------------------------------------- root solver
+def allocate_roots(v, budget, *, max_per_prompt: int = 8, min_active: int = 2, cost=None) -> np.ndarray:
+    """Rollouts per prompt maximising ``sum V_root(v_i, m_i)``.
+
+    v: (N,) predicted success probabilities in [0, 1]. budget: total rollouts (or, with
+    ``cost``, total cost units). cost: optional scalar or (N,) cost of one rollout of prompt i
+    (e.g. tokens of a whole episode). Returns (N,) int64, each 0 or in
+    ``[min_active, max_per_prompt]``, with ``sum(m) <= budget`` (``sum(cost*m) <= budget``).
+    Exact without ``cost`` or with equal costs; >= 1/2 of the optimum with unequal costs.
+    """
+    v = _probabilities("v", v)
+    M = _positive_int("max_per_prompt", max_per_prompt)
+    a = _positive_int("min_active", min_active)
+    if M < a:
+        raise ValueError(f"max_per_prompt ({M}) must be >= min_active ({a})")
+    if cost is None:
+        return _roots_exact(v, int(_budget(budget, True)), M, a)
+    c = _costs(cost, v.shape[0])
+    B = _budget(budget, False)
+    if v.shape[0] and np.all(c == c[0]):
+        return _roots_exact(v, int(np.floor(B / c[0] * (1 + 1e-12))), M, a)
+    return _chain_greedy_cost(root_value_columns(v, M), a, c, B)
+
+
+def _first_block(F: np.ndarray, a: int) -> np.ndarray:
+    """(N,) size ``s_i`` of the first hull step ``0 -> s_i``: first argmax of ``V(m)/m``, ``m >= a``.
+
+    F: (M+1, N) values, one contiguous row per ``m``.
+    """
+    M = F.shape[0] - 1
+    best = F[a] / a
+    s = np.full(F.shape[1], a, dtype=np.int64)
+    for m in range(a + 1, M + 1):
+        avg = F[m] / m
+        better = avg > best  # strict: the finest item on ties
+        np.copyto(best, avg, where=better)
+        s[better] = m
+    return s
+
+
+def _hull_slopes(F: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """(M, N) non-increasing slopes of the concave hull: block average on units 1..s, then gains."""
+    M, n = F.shape[0] - 1, F.shape[1]
+    block = F[s, np.arange(n)] / s
+    S = np.diff(F, axis=0)
+    for j in range(M):
+        np.copyto(S[j], block, where=j < s)
+    # Mathematically already non-increasing; this removes rounding wiggles.
+    np.minimum.accumulate(S, axis=0, out=S)
+    return S
+
+
+def _roots_exact(v: np.ndarray, B: int, M: int, a: int) -> np.ndarray:
+    n = v.shape[0]
+    if n == 0 or B < a:
+        return np.zeros(n, dtype=np.int64)
+    F = root_value_columns(v, M)
+    s = _first_block(F, a)
+    S = _hull_slopes(F, s)
+    total = n * M
+    lam = 0.0 if B >= total else float(np.partition(S.ravel(), total - B - 1)[total - B - 1])
+    if lam <= 0.0:  # every item with positive gain fits: take them all, skip zero-gain ones
+        return (S > 0).sum(axis=0, dtype=np.int64)
+    m_strict = (S > lam).sum(axis=0, dtype=np.int64)
+    m_tie = (S >= lam).sum(axis=0, dtype=np.int64)
+    mg = _fill_ties(m_strict, m_tie, s, B)
+    return _repair(v, F, S, mg, lam, B - int(mg.sum()), a)
+
+
+def _fill_ties(m_strict: np.ndarray, m_tie: np.ndarray, s: np.ndarray, B: int) -> np.ndarray:
+    """Take threshold-tied hull items in index order until the first one that does not fit."""
+    mg = m_strict.copy()
+    room = B - int(mg.sum())
+    tie_rows = np.flatnonzero(m_tie > m_strict)
+    extra = (m_tie - m_strict)[tie_rows]
+    cum = np.cumsum(extra)
+    k = int(np.searchsorted(cum, room, side="right"))  # first row whose tie part overflows
+    mg[tie_rows[:k]] += extra[:k]
+    if k < tie_rows.size:
+        p = tie_rows[k]
+        avail = room - (int(cum[k - 1]) if k else 0)
+        # A row at 0 must take its whole activation block first.
+        mg[p] += avail if (mg[p] > 0 or avail >= s[p]) else 0
+    return mg
+
+
+def _repair_rows(v, S, mg, lam, thr, cap) -> np.ndarray:
+    """Rows with an option of reduced cost <= thr (cheap bound from the adjacent hull slopes).
+
+    Moving ``d`` units away from ``mg`` costs at least ``|d|`` times the gap between ``lam`` and
+    the adjacent hull slope (slopes are monotone; off-hull points lie below the hull).
+    """
+    M, n = S.shape
+    cols = np.arange(n)
+    down = np.where(mg > 0, S[np.maximum(mg - 1, 0), cols] - lam, np.inf)
+    up = np.where(mg < M, lam - S[np.minimum(mg, M - 1), cols], np.inf)
+    rows = np.flatnonzero(np.minimum(down, up) <= thr + 1e-9 * max(1.0, lam))
+    if rows.size > 16 * cap * (M + 1):
+        # Identical (v, mg) rows have identical options: only the first `cap` of each can enter
+        # any change's shortlist (ties go to the lower index).
+        order = np.argsort(mg[rows], kind="stable")  # two stable passes beat a 3-key lexsort
+        order = order[np.argsort(v[rows][order], kind="stable")]
+        key_v, key_m = v[rows][order], mg[rows][order]
+        new_group = np.r_[True, (key_v[1:] != key_v[:-1]) | (key_m[1:] != key_m[:-1])]
+        start = np.maximum.accumulate(np.where(new_group, np.arange(order.size), 0))
+        rows = np.sort(rows[order[(np.arange(order.size) - start) < cap]])
+    return rows
+
+
+def _repair(v, F, S, mg, lam: float, slack: int, a: int) -> np.ndarray:
+    """Exact DP over the few prompts whose change can beat the base solution (module docstring)."""
+    M = F.shape[0] - 1
+    if slack < 0:
+        raise AssertionError("base solution exceeds the budget")
+    thr = lam * slack + _TOL * max(1.0, lam * M)
+    cap = M * M + 2 * M
+    rows = _repair_rows(v, S, mg, lam, thr, cap)
+    if rows.size == 0:
+        return mg
+    marr = np.arange(M + 1)[:, None]
+    Fc = F[:, rows]
+    g0 = mg[rows]
+    cols = np.arange(rows.size)
+    red = (Fc[g0, cols] - lam * g0)[None, :] - (Fc - lam * marr)
+    red[1:a] = np.inf  # m in 1..a-1 is not allowed
+    red[g0, cols] = np.inf  # "no change" is always in the DP
+    cm, cj = np.nonzero(red <= thr)
+    if cm.size == 0:
+        return mg
+    d = cm - g0[cj]
+    o = np.argsort(red[cm, cj], kind="stable")  # cost, then row (nonzero order within m)
+    o = o[np.argsort(d[o], kind="stable")]  # grouped by change d
+    ds = d[o]
+    rank = np.arange(o.size) - np.searchsorted(ds, ds, side="left")
+    core = np.unique(rows[cj[o[rank < cap]]])
+    return _dp_core(F, mg, core, slack, a)
+
+
+def _dp_core(F: np.ndarray, mg: np.ndarray, core: np.ndarray, slack: int, a: int) -> np.ndarray:
+    """Exact DP over ``core`` rows; state = sum of changes ``m_i - mg_i`` (bounded, see docstring)."""
+    M = F.shape[0] - 1
+    W = M * M + 2 * M
+    width = 2 * W + 1
+    dp = np.full(width, -np.inf)
+    dp[W] = 0.0
+    choices = np.empty((core.size, width), dtype=np.int16)
+    options = [0] + list(range(a, M + 1))
+    for t, i in enumerate(core):
+        g0 = mg[i]
+        new = dp.copy()
+        choice = np.full(width, g0, dtype=np.int16)
+        for m in options:
+            dlt = m - g0
+            if dlt == 0:
+                continue
+            shifted = np.full(width, -np.inf)
+            if dlt > 0:
+                shifted[dlt:] = dp[:-dlt]
+            else:
+                shifted[:dlt] = dp[-dlt:]
+            shifted += F[m, i] - F[g0, i]
+            better = shifted > new  # strict: on ties keep the base choice
+            np.copyto(new, shifted, where=better)
+            choice[better] = m
+        dp = new
+        choices[t] = choice
+    state = int(np.argmax(dp[: W + slack + 1]))  # first maximum: least budget among optima
+    out = mg.copy()
+    for t in range(core.size - 1, -1, -1):
+        m = int(choices[t, state])
+        out[core[t]] = m
+        state -= m - mg[core[t]]
+    return out
+
+
+# ----------------------------------------------------------------------------- prefix solver
+def allocate_prefixes(v, r, budget, *, max_per_node: int = 8, cost=None) -> np.ndarray:
+    """Continuations per prefix node maximising ``sum V_pref(v_i, r_i, k_i)``.
+
+    v: (N,) prefix success probabilities; r: (N,) reward in [0, 1] of the rollout the prefix lies
+    on; budget: total continuations (or cost units with ``cost``: scalar or (N,) cost of one
+    continuation, e.g. tokens of the remaining turns). Returns (N,) int64 in ``[0, max_per_node]``.
+    Exact without ``cost`` or with equal costs; >= 1/2 of the optimum with unequal costs.
+    """
+    v = _probabilities("v", v)
+    r = _probabilities("r", r)
+    if r.shape != v.shape:
+        raise ValueError(f"r must have the shape of v {v.shape}, got {r.shape}")
+    K = _positive_int("max_per_node", max_per_node)
+    q = r * v + (1.0 - r) * (1.0 - v)
+    if cost is None:
+        return _prefix_exact(q, int(_budget(budget, True)), K)
+    c = _costs(cost, v.shape[0])
+    B = _budget(budget, False)
+    if v.shape[0] and np.all(c == c[0]):
+        return _prefix_exact(q, int(np.floor(B / c[0] * (1 + 1e-12))), K)
+    return _chain_greedy_cost(np.ascontiguousarray(prefix_value_table(v, r, K).T), 1, c, B)
+
+
+def _count_above(q: np.ndarray, K: int, hi: float, lo: float):
+    """Per row: #gains > hi and #gains >= lo (gains built column by column, no (N, K) table)."""
+    n = q.shape[0]
+    dt = np.int8 if K < 127 else np.int32
+    c_hi, c_lo = np.zeros(n, dtype=dt), np.zeros(n, dtype=dt)
+    g = 1.0 - q
+    mask = np.empty(n, dtype=bool)
+    for j in range(K):
+        if hi < np.inf:
+            np.greater(g, hi, out=mask)
+            c_hi += mask
+        np.greater_equal(g, lo, out=mask)
+        c_lo += mask
+        if j + 1 < K:
+            np.multiply(g, q, out=g)
+    return c_hi, c_lo
+
+
+def _sample_bracket(q: np.ndarray, K: int, B: int) -> tuple[float, float]:
+    """Values bracketing the (B+1)-th largest gain, from a strided sample (deterministic)."""
+    n = q.shape[0]
+    step = max(1, n // 100_000)
+    qs = q[::step]
+    g = np.empty((qs.shape[0], K))
+    col = 1.0 - qs
+    for j in range(K):
+        g[:, j] = col
+        col = col * qs
+    flat = np.sort(g.ravel())[::-1]
+    size = flat.size
+    p = min(1.0, (B + 1) / (n * K))
+    rank = p * size
+    margin = 8.0 * np.sqrt(size * p * (1 - p)) + 4.0
+    hi_rank, lo_rank = int(rank - margin), int(np.ceil(rank + margin))
+    hi = np.inf if hi_rank < 0 else float(flat[hi_rank])
+    lo = 0.0 if lo_rank >= size else float(flat[lo_rank])
+    return hi, lo
+
+
+def _prefix_exact(q: np.ndarray, B: int, K: int) -> np.ndarray:
+    n = q.shape[0]
+    if n == 0 or B == 0:
+        return np.zeros(n, dtype=np.int64)
+    hi, lo = _sample_bracket(q, K, B)
+    for _attempt in range(2):
+        # lo == 0 means "every positive gain": then c_lo counts them all.
+        c_hi, c_lo = _count_above(q, K, hi, lo if lo > 0.0 else np.nextafter(0.0, 1.0))
+        n_lo = int(c_lo.sum(dtype=np.int64))
+        if lo <= 0.0 and n_lo <= B:  # every item with positive gain fits
+            return c_lo.astype(np.int64)
+        if int(c_hi.sum(dtype=np.int64)) <= B < n_lo:
+            break
+        hi, lo = np.inf, 0.0  # sample bracket missed: widen to everything (rare, still exact)
+    return _resolve_bracket(q, K, B, c_hi.astype(np.int64), c_lo.astype(np.int64))
+
+
+def _resolve_bracket(q: np.ndarray, K: int, B: int, c_hi: np.ndarray, c_lo: np.ndarray) -> np.ndarray:
+    """Take the best ``B - sum(c_hi)`` gains inside the bracket, ties by (row, k)."""
+    rows = np.flatnonzero(c_lo > c_hi)
+    width = (c_lo - c_hi)[rows]
+    rep = np.repeat(rows, width)
+    offs = np.arange(rep.size) - np.repeat(np.cumsum(width) - width, width)
+    k = c_hi[rep] + 1 + offs  # 1-based continuation index
+    qr = q[rep]
+    g = 1.0 - qr
+    for j in range(1, K):  # same operation sequence as _count_above: identical bits
+        g = np.where(k > j, g * qr, g)
+    need = B - int(c_hi.sum())
+    take = np.lexsort((k, rep, -g))[:need]
+    return c_hi + np.bincount(rep[take], minlength=q.shape[0])
+
+
+# ----------------------------------------------------------------------------- costs (knapsack)
+def _chain_greedy_cost(F: np.ndarray, a: int, c: np.ndarray, B: float) -> np.ndarray:
+    """Greedy by gain/cost over hull items + fill + best single row; >= 1/2 of the optimum.
+
+    F: (M+1, N) values for m = 0..M; a: smallest positive count allowed (1..a-1 never chosen);
+    c: (N,) cost per unit; B: budget in cost units. The greedy prefix is vectorised; only the
+    fill pass after the first misfit loops, over the items that still fit.
+    """
+    M, n = F.shape[0] - 1, F.shape[1]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    cap = np.minimum(M, np.floor(B / c * (1 + 1e-12))).astype(np.int64)  # alone-feasible maximum
+    g = F.copy()
+    g[np.arange(M + 1)[:, None] > cap[None, :]] = -np.inf  # beyond the row's cap: never chosen
+    s = np.where(cap >= a, _first_block(g, a), M + 1)  # M + 1: the row cannot afford its block
+    rows, start, end = _hull_items(s, cap, M)
+    with np.errstate(invalid="ignore"):  # -inf - -inf beyond the caps; those items do not exist
+        slope = _hull_slopes(g, np.minimum(s, M))[end - 1, rows]  # monotone along each row
+    item_cost = c[rows] * (end - start)
+    keep = slope > 0
+    rows, start, end, slope, item_cost = rows[keep], start[keep], end[keep], slope[keep], item_cost[keep]
+    order = np.lexsort((start, rows, -(slope / c[rows])))
+    fits = np.cumsum(item_cost[order]) <= B * (1 + 1e-12)
+    k = int(np.argmin(fits)) if not fits.all() else order.size
+    m = np.zeros(n, dtype=np.int64)
+    np.maximum.at(m, rows[order[:k]], end[order[:k]])  # hull slopes fall along a row: a prefix per row
+    room = B - float(item_cost[order[:k]].sum())
+    rest = order[k:]
+    rest = rest[item_cost[rest] <= room * (1 + 1e-12)][:_FILL_SCAN]
+    tail_min = np.minimum.accumulate(item_cost[rest][::-1])[::-1]  # cheapest item still ahead
+    for idx, it in enumerate(rest):
+        if room < tail_min[idx] * (1 - 1e-12):
+            break
+        rw = rows[it]
+        if m[rw] == start[it] and item_cost[it] <= room * (1 + 1e-12):
+            m[rw] = end[it]
+            room -= item_cost[it]
+    best_val = np.where(cap >= a, F[cap, np.arange(n)], 0.0)
+    b = int(np.argmax(best_val))
+    if best_val[b] > F[m, np.arange(n)].sum() + _TOL:
+        m[:] = 0
+        m[b] = cap[b]
+    return m
+
+
+def _hull_items(s: np.ndarray, cap: np.ndarray, M: int):
+    """Hull items (row, start, end): the block 0 -> s_i, then unit steps up to cap_i."""
+    active = s <= cap
+    rows = [np.flatnonzero(active)]
+    starts = [np.zeros(rows[0].size, dtype=np.int64)]
+    ends = [s[active].astype(np.int64)]
+    for j in range(1, M + 1):  # unit step j-1 -> j
+        rr = np.flatnonzero(active & (s < j) & (j <= cap))
+        rows.append(rr)
+        starts.append(np.full(rr.size, j - 1, dtype=np.int64))
+        ends.append(np.full(rr.size, j, dtype=np.int64))
+    return np.concatenate(rows), np.concatenate(starts), np.concatenate(ends)

@@ -1,0 +1,223 @@
+"""The multi-turn agent loop: raw rollouts from roots and extensions from prefix nodes alike.
+
+One code path (``run_episodes``) advances a batch of live episodes turn by turn::
+
+    generate (all live episodes at once) -> parse + tool (env.step) -> observation -> next turn
+
+Episodes whose token context is identical at the start of a turn (the ``m`` raw rollouts of a
+prompt, the ``K`` continuations of a prefix) are one engine request with ``n`` samples, so the
+shared context is encoded once. Every turn becomes a ``NODE_SCHEMA`` row; the last turn of an
+episode is a leaf with its reward and reason code. Node ids are
+``node_id(run_id, iteration, prompt_id, path)``, so a re-run gives the same ids.
+
+An extension rebuilds the environment state with ``envs.base.replay`` on the prefix's actions
+and its token context from the stored action ids and observations (exactly what the raw
+rollout saw).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+
+from trace_core.engines.base import Engine, GenRequest, GenResult, SamplingConfig
+from trace_core.envs.base import Env, Episode, Task, replay
+from trace_core.rollout_nodes import finalize_tree, path_to_root
+from trace_core.tree import node_id, nodes_frame
+
+TURN_LIMIT = "turn_limit"  # the loop's own safety limits (the env has its own, usually tighter)
+CONTEXT_LIMIT = "context_limit"
+
+
+class RolloutConfig(BaseModel):
+    """Limits and display of the agent loop."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(8, ge=1, le=256, description="Turns after which an unfinished episode ends ('turn_limit').")
+    max_context_tokens: int = Field(
+        2048, ge=16, le=1_000_000,
+        description="Episode length in tokens (prompt + actions + observations) that ends it ('context_limit'); "
+        "keep it <= the model's max positions minus max_new_tokens.")
+    progress: bool = Field(True, description="Show a tqdm bar (episodes, tokens/s) on long batches.")
+    progress_min_episodes: int = Field(64, ge=1, description="Batches smaller than this run without a bar.")
+
+
+@dataclass
+class LiveEpisode:
+    """An episode in flight. ``key`` seeds its samples; ``path`` prefixes its node paths."""
+
+    task: Task
+    episode: Episode
+    context: list[int]  # token ids the next action continues
+    parent_id: str
+    trajectory_id: str
+    path: str
+    depth: int  # depth of the node the next turn creates, minus 1
+    origin: str
+    base: dict[str, Any]  # run_id, strategy, iteration copied into every row
+    lp_sum: float = 0.0
+    lp_n: int = 0
+    lp_min: float = 0.0
+    tool_errors: int = 0
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+
+
+def _request_seed(seed: int, key: str, depth: int) -> int:
+    return int(node_id(seed, key, depth), 16) >> 1
+
+
+def _step_row(live: LiveEpisode, res: GenResult, seconds: float, sampling: SamplingConfig,
+              cfg: RolloutConfig, chat: Any) -> dict[str, Any]:
+    """Apply one generated action to ``live`` (env step, context, stats) and return its node row."""
+    step = live.episode.step(res.text)
+    live.depth += 1
+    live.lp_sum += sum(res.logprobs)
+    live.lp_n += len(res.logprobs)
+    live.lp_min = min([live.lp_min, *res.logprobs]) if live.lp_n else 0.0
+    live.tool_errors += int(bool(step.info.get("tool_error")))
+    nid = node_id(live.base["run_id"], live.base["iteration"], live.task.prompt_id, f"{live.path}/{live.depth}")
+    done, reward, reason = step.done, step.reward, step.reason
+    if not done:
+        live.context += list(res.token_ids)
+        live.context += chat.observation_ids(step.observation or "", action_closed=chat.ends_closed(res.token_ids))
+        if live.depth >= cfg.max_turns:
+            done, reward, reason = True, 0.0, TURN_LIMIT
+        elif len(live.context) + sampling.max_new_tokens > cfg.max_context_tokens:
+            done, reward, reason = True, 0.0, CONTEXT_LIMIT
+    row = {
+        **live.base, "node_id": nid, "parent_id": live.parent_id, "prompt_id": live.task.prompt_id,
+        "trajectory_id": live.trajectory_id, "task": live.task.family, "difficulty": live.task.difficulty,
+        "depth": live.depth, "origin": live.origin, "action_text": res.text,
+        "observation_text": step.observation, "action_token_ids": list(res.token_ids),
+        "action_logprobs": list(res.logprobs), "new_tokens": len(res.token_ids), "is_leaf": done,
+        "reward": float(reward) if done else None, "reward_reason": reason if done else None,
+        "mean_logprob": live.lp_sum / live.lp_n if live.lp_n else None,
+        "min_logprob": live.lp_min if live.lp_n else None, "tool_errors": live.tool_errors,
+        "answered": "answer" in step.info, "gen_seconds": seconds, "created_at": _now(),
+    }
+    live.parent_id, live.done = nid, done
+    return row
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def run_episodes(engine: Engine, chat: Any, lives: list[LiveEpisode], *, sampling: SamplingConfig,
+                 cfg: RolloutConfig, seed: int = 0) -> list[dict[str, Any]]:
+    """Advance every live episode to its end; returns the node rows of all turns made."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(lives), unit="ep", desc="rollouts", leave=False,
+               disable=not cfg.progress or len(lives) < cfg.progress_min_episodes)
+    t0, n_tokens = time.perf_counter(), 0
+    active = [lv for lv in lives if not lv.done]
+    while active:
+        groups: dict[tuple[int, ...], list[LiveEpisode]] = {}
+        for lv in active:  # identical contexts -> one request, encoded once
+            groups.setdefault(tuple(lv.context), []).append(lv)
+        requests = [GenRequest(ctx, n=len(g), seed=_request_seed(seed, g[0].path, g[0].depth))
+                    for ctx, g in groups.items()]
+        t_gen = time.perf_counter()
+        results = engine.generate(requests, sampling)
+        elapsed = time.perf_counter() - t_gen
+        batch_tokens = max(1, sum(len(r.token_ids) for rs in results for r in rs))
+        for group, res_list in zip(groups.values(), results, strict=True):
+            for lv, res in zip(group, res_list, strict=True):
+                share = elapsed * len(res.token_ids) / batch_tokens  # generate time, split by tokens
+                lv.rows.append(_step_row(lv, res, share, sampling, cfg, chat))
+                n_tokens += len(res.token_ids)
+                bar.update(int(lv.done))
+        active = [lv for lv in active if not lv.done]
+        bar.set_postfix(tok_s=f"{n_tokens / max(time.perf_counter() - t0, 1e-9):.0f}")
+    bar.close()
+    return [row for lv in lives for row in lv.rows]
+
+
+def run_rollouts(engine: Engine, chat: Any, envs: Mapping[str, Env], tasks: Sequence[Task], counts: Sequence[int],
+                 *, sampling: SamplingConfig, cfg: RolloutConfig | None = None, seed: int = 0,
+                 run_id: str = "run", iteration: int = 0, strategy: str = "uniform",
+                 v_pred: Sequence[float] | None = None, utility: Sequence[float] | None = None) -> pl.DataFrame:
+    """Raw rollouts: ``counts[i]`` episodes of ``tasks[i]`` (0 skips it). Returns root rows
+    (``origin='root'``, ``alloc_children=counts[i]``) and turn rows, with subtree rewards filled."""
+    cfg = cfg or RolloutConfig()
+    if len(counts) != len(tasks):
+        raise ValueError(f"{len(tasks)} tasks but {len(counts)} counts")
+    base = {"run_id": run_id, "strategy": strategy, "iteration": iteration}
+    roots, lives = [], []
+    for i, (task, m) in enumerate(zip(tasks, counts, strict=True)):
+        if m <= 0:
+            continue
+        env = envs[task.family]
+        root_id = node_id(run_id, iteration, task.prompt_id, "root")
+        prompt: list[int] = []
+        for j in range(m):
+            ep = env.reset(task)
+            prompt = prompt or chat.prompt_ids(ep.messages())
+            path = f"r{j}"
+            lives.append(LiveEpisode(task, ep, list(prompt), root_id, node_id(run_id, iteration, task.prompt_id, path),
+                                     path, 0, "raw", base))
+        roots.append({
+            **base, "node_id": root_id, "parent_id": None, "prompt_id": task.prompt_id, "task": task.family,
+            "difficulty": task.difficulty, "depth": 0, "origin": "root", "is_leaf": False, "new_tokens": 0,
+            "alloc_children": int(m), "tool_errors": 0, "answered": False, "created_at": _now(),
+            "v_pred": None if v_pred is None else float(v_pred[i]),
+            "utility": None if utility is None else float(utility[i]),
+        })
+    rows = run_episodes(engine, chat, lives, sampling=sampling, cfg=cfg, seed=seed)
+    return finalize_tree(nodes_frame(roots + rows))
+
+
+def _prefix_live(nodes_by_id: dict[str, dict[str, Any]], parent: dict[str, str | None], prefix: str, k: int,
+                 rnd: int, task: Task, env: Env, chat: Any) -> LiveEpisode:
+    """Continuation ``k`` of prefix node ``prefix``: env replayed, context rebuilt from the path."""
+    path = path_to_root(prefix, parent)
+    turns = [nodes_by_id[n] for n in path[1:]]
+    ep, results = replay(env, task, [t["action_text"] for t in turns])
+    if any(r.done for r in results):
+        raise ValueError(f"prefix {prefix} is at or past the end of its episode; only open prefixes extend")
+    context = chat.prompt_ids(env.reset(task).messages())
+    lp: list[float] = []
+    for t in turns:
+        ids = list(t["action_token_ids"])
+        context += ids + chat.observation_ids(t["observation_text"] or "", action_closed=chat.ends_closed(ids))
+        lp += list(t["action_logprobs"])
+    p = nodes_by_id[prefix]
+    base = {"run_id": p["run_id"], "strategy": p["strategy"], "iteration": p["iteration"]}
+    tag = f"{prefix}/x{rnd}.{k}"
+    return LiveEpisode(task, ep, context, prefix, node_id(base["run_id"], base["iteration"], task.prompt_id, tag),
+                       tag, int(p["depth"]), "extension", base, lp_sum=sum(lp), lp_n=len(lp),
+                       lp_min=min(lp) if lp else 0.0, tool_errors=int(p["tool_errors"] or 0))
+
+
+def extend_prefixes(engine: Engine, chat: Any, envs: Mapping[str, Env], tasks_by_prompt: Mapping[str, Task],
+                    nodes: pl.DataFrame, counts: Mapping[str, int], *, sampling: SamplingConfig,
+                    cfg: RolloutConfig | None = None, seed: int = 0, round: int = 0) -> pl.DataFrame:
+    """``counts[node_id]`` new continuations from each prefix node of ``nodes``.
+
+    Returns only the new rows (``origin='extension'``, the first turn's parent = the prefix).
+    Concatenate with ``nodes`` and call ``finalize_tree`` for subtree rewards. ``round``
+    distinguishes repeated extension rounds of one iteration (it enters the node ids).
+    """
+    cfg = cfg or RolloutConfig()
+    by_id = {r["node_id"]: r for r in nodes.iter_rows(named=True)}
+    parent = {k: v["parent_id"] for k, v in by_id.items()}
+    lives = []
+    for prefix, k_count in counts.items():
+        if prefix not in by_id:
+            raise KeyError(f"prefix node {prefix} is not in the node table")
+        p = by_id[prefix]
+        if p["is_leaf"] or p["depth"] == 0:
+            raise ValueError(f"node {prefix} is a leaf or a root; extend open prefix nodes (depth >= 1)")
+        task = tasks_by_prompt[p["prompt_id"]]
+        for k in range(int(k_count)):
+            lives.append(_prefix_live(by_id, parent, prefix, k, round, task, envs[task.family], chat))
+    return nodes_frame(run_episodes(engine, chat, lives, sampling=sampling, cfg=cfg, seed=seed))

@@ -1,0 +1,237 @@
+"""Allocation strategies: how one iteration spends its trajectory budget (a registry, one signature).
+
+Every strategy gets the same total budget ``B = budget_total`` generated trajectories. A strategy
+with an extension stage spends ``root_budget = floor(root_share * B)`` on raw rollouts and the
+rest (whatever the roots left unused included) on prefix continuations; a strategy without one
+spends all of ``B`` on roots. The candidate order is the prompt stream: uniform strategies take
+the first ``root_budget // group_size`` candidates, so every strategy sees the same stream.
+
+===============  =====================================  =====================================
+name             roots                                  prefix extensions
+===============  =====================================  =====================================
+grpo             first candidates, ``n`` each           none
+dapo             as grpo; zero-variance groups dropped  none
+                 from the update (still paid for)
+pcl              ``n`` each to the candidates with      none
+                 predicted v closest to 0.5
+treepo           uniform (as grpo) on the root budget   random prefixes, ``treepo_branch`` each
+trace            exact TRACE root allocation            exact TRACE prefix allocation
+trace-root       exact TRACE root allocation            random (as treepo): root stage ablation
+trace-prefix     uniform (as treepo)                    exact TRACE prefix allocation
+===============  =====================================  =====================================
+
+``treepo`` / ``trace-root`` / ``trace-prefix`` / ``trace`` is the paper's 2x2 ablation
+(uniform/uniform, root only, prefix only, both) at one budget split.
+
+Signatures (``Strategy``)::
+
+    allocate_roots(v_pred (C,), cfg, rng) -> (C,) int   # m per candidate, sum <= root budget
+    allocate_prefixes(v_prefix (P,), r (P,), depth (P,), remaining_turns (P,), budget, cfg, rng)
+        -> (P,) int                                      # K per open prefix, sum <= budget
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from trace_core.allocation import allocate_prefixes, allocate_roots
+
+_REGISTRY: dict[str, type[Strategy]] = {}
+
+
+def register_strategy(name: str) -> Callable[[type[Strategy]], type[Strategy]]:
+    """Class decorator: register a strategy under ``name`` (a duplicate name is rejected)."""
+
+    def deco(cls: type[Strategy]) -> type[Strategy]:
+        if name in _REGISTRY:
+            raise ValueError(f"strategy {name!r} is already registered ({_REGISTRY[name].__name__})")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def strategy_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_strategy(name: str) -> Strategy:
+    """The registered strategy ``name``; an unknown name raises ``KeyError`` listing the known ones."""
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise KeyError(f"unknown strategy {name!r}; known: {', '.join(strategy_names())}") from None
+
+
+class AllocationConfig(BaseModel):
+    """Strategy and budget of one iteration (units: generated trajectories)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: str = Field("trace", description="Registered strategy name (trace_core.strategies).")
+    budget_total: int = Field(
+        64, ge=1, le=1_000_000_000, description="Trajectories generated per iteration (raw + continuations)."
+    )
+    root_share: float = Field(
+        0.5, gt=0.0, le=1.0,
+        description="Fraction of the budget spent on raw rollouts by strategies with an extension stage.",
+    )
+    group_size: int = Field(8, ge=1, le=4096, description="Rollouts per prompt of the uniform strategies (n).")
+    max_per_prompt: int = Field(8, ge=1, le=4096, description="Largest m of TRACE root allocation (M).")
+    min_active: int = Field(
+        2, ge=1, le=4096, description="Smallest non-zero m: one rollout alone has no contrast."
+    )
+    max_per_node: int = Field(8, ge=1, le=4096, description="Largest K continuations from one prefix.")
+    treepo_branch: int = Field(
+        2, ge=1, le=4096, description="Continuations per randomly chosen prefix (treepo, trace-root)."
+    )
+    token_budget: bool = Field(
+        False,
+        description="Prefix stage costs continuations by remaining turns: the extension budget (in "
+        "whole-episode trajectories) buys more short continuations than long ones.",
+    )
+
+    @field_validator("strategy")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in _REGISTRY:
+            raise ValueError(f"unknown strategy {v!r}; known: {', '.join(strategy_names())}")
+        return v
+
+    @model_validator(mode="after")
+    def _ranges(self) -> AllocationConfig:
+        if self.max_per_prompt < self.min_active:
+            raise ValueError(
+                f"max_per_prompt ({self.max_per_prompt}) must be >= min_active ({self.min_active})"
+            )
+        return self
+
+
+# ----------------------------------------------------------------------------- stage policies
+def uniform_roots(n_candidates: int, budget: int, n: int) -> np.ndarray:
+    """``n`` rollouts to each of the first ``budget // n`` candidates (the stream order)."""
+    m = np.zeros(n_candidates, dtype=np.int64)
+    m[: min(n_candidates, budget // n)] = n
+    return m
+
+
+def pcl_roots(v: np.ndarray, budget: int, n: int) -> np.ndarray:
+    """``n`` rollouts to the ``budget // n`` candidates whose v is closest to 0.5 (ties: lower index)."""
+    m = np.zeros(v.shape[0], dtype=np.int64)
+    chosen = np.argsort(np.abs(np.asarray(v, dtype=float) - 0.5), kind="stable")[: budget // n]
+    m[chosen] = n
+    return m
+
+
+def random_prefixes(n_nodes: int, budget: int, branch: int, max_per_node: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """Uniformly random branching: nodes in a random order get ``branch`` continuations each
+    (the last one what is left), round after round, up to ``max_per_node``."""
+    k = np.zeros(n_nodes, dtype=np.int64)
+    if n_nodes == 0:
+        return k
+    order = rng.permutation(n_nodes)
+    left = int(budget)
+    while left > 0 and k.min() < max_per_node:
+        add = np.minimum(branch, max_per_node - k[order])
+        take = np.minimum(add, np.maximum(left - (np.cumsum(add) - add), 0))
+        k[order] += take
+        left -= int(take.sum())
+    return k
+
+
+def trace_prefixes(v, r, remaining_turns, budget: int, cfg: AllocationConfig) -> np.ndarray:
+    """Exact TRACE prefix allocation; with ``token_budget`` a continuation costs its remaining
+    turns and the budget is ``budget`` whole episodes (longest depth + remaining)."""
+    if not cfg.token_budget or len(v) == 0:
+        return allocate_prefixes(v, r, budget, max_per_node=cfg.max_per_node)
+    remaining = np.asarray(remaining_turns, dtype=float)
+    episode = float(remaining.max())  # a fresh rollout costs a whole episode
+    return allocate_prefixes(v, r, budget * episode, max_per_node=cfg.max_per_node, cost=remaining)
+
+
+# ----------------------------------------------------------------------------- strategies
+class Strategy:
+    """Base: uniform roots, no extensions. Subclasses override one stage at a time."""
+
+    name: ClassVar[str] = ""
+    has_extensions: ClassVar[bool] = False
+    drop_zero_variance: ClassVar[bool] = False  # dapo: zero-variance groups leave the update
+
+    def root_budget(self, cfg: AllocationConfig) -> int:
+        return int(np.floor(cfg.root_share * cfg.budget_total)) if self.has_extensions else cfg.budget_total
+
+    def allocate_roots(self, v_pred, cfg: AllocationConfig, rng: np.random.Generator) -> np.ndarray:
+        return uniform_roots(len(v_pred), self.root_budget(cfg), cfg.group_size)
+
+    def allocate_prefixes(self, v_prefix, r, depth, remaining_turns, budget: int, cfg: AllocationConfig,
+                          rng: np.random.Generator) -> np.ndarray:
+        return np.zeros(len(v_prefix), dtype=np.int64)
+
+
+class _RandomBranching(Strategy):
+    has_extensions = True
+
+    def allocate_prefixes(self, v_prefix, r, depth, remaining_turns, budget, cfg, rng):
+        return random_prefixes(len(v_prefix), budget, cfg.treepo_branch, cfg.max_per_node, rng)
+
+
+class _TracePrefix(Strategy):
+    has_extensions = True
+
+    def allocate_prefixes(self, v_prefix, r, depth, remaining_turns, budget, cfg, rng):
+        return trace_prefixes(v_prefix, r, remaining_turns, budget, cfg)
+
+
+def _trace_root(self: Strategy, v_pred, cfg: AllocationConfig, rng) -> np.ndarray:
+    return allocate_roots(v_pred, self.root_budget(cfg), max_per_prompt=cfg.max_per_prompt,
+                          min_active=cfg.min_active)
+
+
+@register_strategy("grpo")
+class Grpo(Strategy):
+    """Uniform ``n`` rollouts per prompt, no extensions."""
+
+
+@register_strategy("dapo")
+class Dapo(Strategy):
+    """Uniform generation; zero-variance groups are dropped from the update but still paid for."""
+
+    drop_zero_variance = True
+
+
+@register_strategy("pcl")
+class Pcl(Strategy):
+    """Root only: the prompts whose predicted v is closest to 0.5, ``n`` rollouts each."""
+
+    def allocate_roots(self, v_pred, cfg, rng):
+        return pcl_roots(np.asarray(v_pred), self.root_budget(cfg), cfg.group_size)
+
+
+@register_strategy("treepo")
+class TreePO(_RandomBranching):
+    """Uniform roots plus random branching at prefixes (same extension budget as trace)."""
+
+
+@register_strategy("trace")
+class Trace(_TracePrefix):
+    """TRACE: exact root allocation, then exact prefix allocation."""
+
+    allocate_roots = _trace_root
+
+
+@register_strategy("trace-root")
+class TraceRoot(_RandomBranching):
+    """Ablation: TRACE root allocation, random (treepo) prefix branching."""
+
+    allocate_roots = _trace_root
+
+
+@register_strategy("trace-prefix")
+class TracePrefixOnly(_TracePrefix):
+    """Ablation: uniform roots, TRACE prefix allocation."""

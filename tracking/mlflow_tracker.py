@@ -1,0 +1,383 @@
+"""MLflow tracking for training runs that survives tracking outages.
+
+One MLflow run per training flow run (``compare`` makes a parent run and nested children).
+Every call only appends a record to an in-memory buffer; a background thread sends the records,
+in order, through an ``MlflowClient``. When the backend is down (server unreachable, SQLite
+database locked or unreachable) the thread warns once, keeps the records, and retries with
+exponential backoff; training never waits on MLflow except in ``flush``/``finish``, and then
+only up to a timeout. Records still unsent at ``finish`` are saved next to the run and replayed
+by the next ``Tracker`` for the same run id.
+
+Resume: the MLflow run id is kept in ``DIR/runs/{run_id}/mlflow_run_id``; a new Tracker with the
+same ``run_id`` continues that MLflow run. Steps are explicit (the iteration number), so a
+resumed run's metric steps continue where the crashed one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
+
+# MLflow's own HTTP retry loop (7 tries, backoff factor 2) would hold a record for minutes;
+# this module retries on its own schedule instead. Only defaults: the user's settings win.
+_MLFLOW_ENV_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
+# Errors that retrying cannot fix: drop the record (with a warning) instead of blocking the rest.
+_PERMANENT_CODES = {"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "INVALID_STATE"}
+_BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
+_MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+_PARAMS_PER_BATCH = 100  # MLflow's log_batch limits
+_METRICS_PER_BATCH = 1000
+
+
+class TrackingConfig(BaseModel):
+    """Where and how a run is tracked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="Track in MLflow at all (False: every call is a no-op).")
+    tracking_uri: str | None = Field(
+        None, description="MLflow tracking URI (e.g. http://host:5000); None = sqlite:///DIR/mlflow.db."
+    )
+    experiment: str = Field("trace-rl", min_length=1, description="MLflow experiment name.")
+    retry_initial_s: float = Field(0.5, gt=0, le=60, description="First wait after a failed send.")
+    retry_max_s: float = Field(30.0, gt=0, le=3600, description="Longest wait between retries (doubling).")
+    finish_timeout_s: float = Field(
+        30.0, ge=0, le=3600, description="How long finish() waits for buffered records before saving them."
+    )
+    max_buffer: int = Field(
+        200_000, ge=100, le=10_000_000, description="Records kept during an outage; the oldest metrics go first."
+    )
+
+
+def default_tracking_uri(home_dir: str | Path) -> str:
+    return f"sqlite:///{Path(home_dir).resolve() / 'mlflow.db'}"
+
+
+def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested dict -> ``{"a.b": "value"}`` with MLflow-safe keys and values (lists as JSON)."""
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten_params(value, name + "."))
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        out[_BAD_KEY.sub("_", name)] = text[:_MAX_PARAM_CHARS]
+    return out
+
+
+class Tracker:
+    """Buffered, outage-tolerant MLflow run for one training run (``run_id``) under ``home_dir``.
+
+    >>> with Tracker(home, "run-1") as tr:
+    ...     tr.log_params(config_dict)
+    ...     tr.log_metrics({"effective_ratio": 0.52}, step=3)
+    """
+
+    def __init__(
+        self,
+        home_dir: str | Path,
+        run_id: str,
+        *,
+        config: TrackingConfig | None = None,
+        parent: Tracker | None = None,
+        run_name: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ):
+        self.home_dir = Path(home_dir)
+        self.run_id = run_id
+        self.config = config or TrackingConfig()
+        self.parent = parent
+        self.tracking_uri = self.config.tracking_uri or default_tracking_uri(self.home_dir)
+        self.run_dir = self.home_dir / "runs" / run_id
+        self._run_name = run_name or run_id
+        self._tags = {"trace_rl.run_id": run_id, **(tags or {})}
+        self._ops: deque[dict] = deque()
+        self._cond = threading.Condition()
+        self._busy = False  # a record is being sent
+        self._stop = False
+        self._wake = False
+        self._client = None
+        self._mlflow_run_id: str | None = None
+        self.last_error: str | None = None
+        self.failures = 0
+        self.dropped = 0
+        self._thread: threading.Thread | None = None
+        if self.config.enabled:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._ops.append({"op": "open"})  # create or resume the MLflow run right away
+            self._ops.extend(self._load_pending())
+            self._thread = threading.Thread(target=self._worker, name=f"mlflow-{run_id}", daemon=True)
+            self._thread.start()
+
+    # ---- public API: every call only buffers -------------------------------------------
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        flat = flatten_params(params)
+        items = sorted(flat.items())
+        for i in range(0, len(items), _PARAMS_PER_BATCH):
+            self._put({"op": "params", "params": dict(items[i : i + _PARAMS_PER_BATCH])})
+
+    def log_metrics(self, metrics: Mapping[str, float | None], step: int) -> None:
+        """Metrics of one step (the iteration); None values are skipped."""
+        values = {_BAD_KEY.sub("_", k): float(v) for k, v in metrics.items() if v is not None}
+        items = sorted(values.items())
+        ts = int(time.time() * 1000)
+        for i in range(0, len(items), _METRICS_PER_BATCH):
+            self._put({"op": "metrics", "step": int(step), "ts": ts, "values": dict(items[i : i + _METRICS_PER_BATCH])})
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        self._put({"op": "tags", "tags": {k: str(v) for k, v in tags.items()}})
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        """Upload a local file (it must still exist when the record is sent)."""
+        self._put({"op": "artifact", "path": str(Path(path).resolve()), "artifact_path": artifact_path})
+
+    def log_text(self, text: str, name: str, artifact_path: str | None = None) -> Path:
+        """Write ``text`` to ``DIR/runs/{run_id}/artifacts/name`` and upload it."""
+        path = self.run_dir / "artifacts" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        self.log_artifact(path, artifact_path)
+        return path
+
+    @property
+    def mlflow_run_id(self) -> str | None:
+        return self._mlflow_run_id or self._saved_run_id()
+
+    @property
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._ops) + int(self._busy)
+
+    @property
+    def healthy(self) -> bool:
+        return self.last_error is None
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Retry now and wait until every buffered record is sent; False on timeout."""
+        if not self.config.enabled:
+            return True
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._wake = True
+            self._cond.notify_all()
+            while self._ops or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    return False
+                self._cond.wait(min(left, 0.2))
+        return True
+
+    def finish(self, status: str = "FINISHED", timeout: float | None = None) -> bool:
+        """End the MLflow run; unsent records are saved for the next Tracker of this run id."""
+        if not self.config.enabled or self._thread is None:
+            return True
+        self._put({"op": "terminate", "status": status})
+        ok = self.flush(self.config.finish_timeout_s if timeout is None else timeout)
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join(timeout=5.0)
+        self._save_pending()
+        self._thread = None
+        return ok
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.finish("FAILED" if exc_type else "FINISHED")
+
+    # ---- buffer -------------------------------------------------------------------------
+    def _put(self, op: dict) -> None:
+        if not self.config.enabled:
+            return
+        with self._cond:
+            if len(self._ops) >= self.config.max_buffer:
+                self._evict_one()
+            self._ops.append(op)
+            self._cond.notify_all()
+
+    def _evict_one(self) -> None:
+        for i, op in enumerate(self._ops):
+            if op["op"] == "metrics":
+                del self._ops[i]
+                self.dropped += 1
+                if self.dropped == 1:
+                    log.warning("MLflow buffer full (%d records): dropping the oldest metrics", self.config.max_buffer)
+                return
+
+    def _pending_file(self) -> Path:
+        return self.run_dir / "mlflow_pending.jsonl"
+
+    def _load_pending(self) -> list[dict]:
+        path = self._pending_file()
+        if not path.exists():
+            return []
+        ops = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        path.unlink()
+        ops = [op for op in ops if op["op"] not in ("open", "terminate")]  # the run goes on
+        log.info("replaying %d MLflow records left by an earlier session of run %s", len(ops), self.run_id)
+        return ops
+
+    def _save_pending(self) -> None:
+        with self._cond:
+            ops = list(self._ops)
+        if ops:
+            self._pending_file().write_text("".join(json.dumps(op) + "\n" for op in ops))
+            log.warning("MLflow unreachable: %d records saved to %s for the next session", len(ops),
+                        self._pending_file())
+
+    # ---- worker thread ------------------------------------------------------------------
+    def _worker(self) -> None:
+        backoff = self.config.retry_initial_s
+        while True:
+            with self._cond:
+                while not self._ops and not self._stop:
+                    self._cond.wait()
+                if not self._ops:  # stopping and nothing left
+                    return
+                op = self._ops[0]
+                self._busy = True
+            try:
+                self._ensure_run()
+                self._send(op)
+                failed, permanent = None, False
+            except Exception as err:  # noqa: BLE001 - any tracking failure must not escape
+                failed, permanent = err, _is_permanent(err)
+            with self._cond:
+                self._busy = False
+                if failed is None or permanent:
+                    if self._ops and self._ops[0] is op:
+                        self._ops.popleft()
+                    self._cond.notify_all()
+                if failed is None:
+                    if self.last_error is not None:
+                        log.warning("MLflow is back after %d failed attempts; sending buffered records", self.failures)
+                    self.last_error, self.failures, backoff = None, 0, self.config.retry_initial_s
+                    continue
+                if permanent:
+                    log.warning("MLflow rejected a %s record, dropped: %s", op["op"], _short(failed))
+                    continue
+                self.failures += 1
+                if self.last_error is None:
+                    log.warning("MLflow unavailable (%s); buffering and retrying (%d records pending)",
+                                _short(failed), len(self._ops))
+                self.last_error = _short(failed)
+                if self._stop:
+                    return
+                self._wake = False
+                self._cond.wait_for(lambda: self._wake or self._stop, timeout=backoff)
+                backoff = min(backoff * 2, self.config.retry_max_s)
+
+    def _ensure_run(self) -> None:
+        if self._client is None:
+            for key, value in _MLFLOW_ENV_DEFAULTS.items():
+                os.environ.setdefault(key, value)
+            from mlflow import MlflowClient  # imported here: ~seconds, off the training thread
+
+            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+        if self._mlflow_run_id is not None:
+            return
+        saved = self._saved_run_id()
+        if saved is not None and self._resume(saved):
+            self._mlflow_run_id = saved
+            return
+        tags = dict(self._tags)
+        if self.parent is not None:
+            parent_id = self.parent.mlflow_run_id
+            if parent_id is None:
+                raise RuntimeError("parent MLflow run not created yet")
+            tags["mlflow.parentRunId"] = parent_id
+        run = self._client.create_run(self._experiment_id(), run_name=self._run_name, tags=tags)
+        self._mlflow_run_id = run.info.run_id
+        _write_atomic(self.run_dir / "mlflow_run_id", run.info.run_id)
+
+    def _resume(self, mlflow_run_id: str) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self._client.get_run(mlflow_run_id)
+        except MlflowException as err:
+            if getattr(err, "error_code", None) != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            log.warning("MLflow run %s of %s is not in %s; starting a new one", mlflow_run_id, self.run_id,
+                        self.tracking_uri)
+            return False
+        if run.info.status != "RUNNING":
+            self._client.update_run(mlflow_run_id, status="RUNNING")
+        return True
+
+    def _experiment_id(self) -> str:
+        from mlflow.exceptions import MlflowException
+
+        exp = self._client.get_experiment_by_name(self.config.experiment)
+        if exp is not None:
+            return exp.experiment_id
+        location = None
+        if self.config.tracking_uri is None:  # local backend: keep artifacts under DIR as well
+            location = (self.home_dir.resolve() / "mlartifacts").as_uri()
+        try:
+            return self._client.create_experiment(self.config.experiment, artifact_location=location)
+        except MlflowException:  # created by another run meanwhile
+            return self._client.get_experiment_by_name(self.config.experiment).experiment_id
+
+    def _saved_run_id(self) -> str | None:
+        path = self.run_dir / "mlflow_run_id"
+        return path.read_text().strip() or None if path.exists() else None
+
+    def _send(self, op: dict) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        rid, kind = self._mlflow_run_id, op["op"]
+        if kind == "open":
+            return
+        if kind == "params":
+            self._client.log_batch(rid, params=[Param(k, v) for k, v in op["params"].items()])
+        elif kind == "metrics":
+            metrics = [Metric(k, v, op["ts"], op["step"]) for k, v in op["values"].items() if math.isfinite(v)]
+            self._client.log_batch(rid, metrics=metrics)
+        elif kind == "tags":
+            self._client.log_batch(rid, tags=[RunTag(k, v) for k, v in op["tags"].items()])
+        elif kind == "artifact":
+            self._client.log_artifact(rid, op["path"], op.get("artifact_path"))
+        elif kind == "terminate":
+            self._client.set_terminated(rid, status=op["status"])
+        else:
+            raise ValueError(f"unknown tracking record {kind!r}")
+
+
+def _is_permanent(err: Exception) -> bool:
+    if isinstance(err, FileNotFoundError | ValueError) and not _is_mlflow(err):
+        return True
+    return getattr(err, "error_code", None) in _PERMANENT_CODES
+
+
+def _is_mlflow(err: Exception) -> bool:
+    return type(err).__module__.startswith("mlflow")
+
+
+def _short(err: Exception) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
