@@ -5,7 +5,7 @@
 * Root allocation of N prompts (M=8, B=3N) as a ratio to ``np.sort`` of the N*M marginal
   gains in the same run (goal <= 2).
 * Prefix allocation of 10M nodes (K=8, budget = nodes) in seconds (goal <= 2 s).
-Each figure is the best of ``--repeats`` runs.
+Each figure is the best of ``--repeats`` runs; sort and solver runs are interleaved.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--prompts", type=int, default=1_000_000)
     ap.add_argument("--nodes", type=int, default=10_000_000)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
@@ -41,13 +41,17 @@ def main() -> None:
     B = 3 * n
     v = rng.beta(0.5, 0.5, size=n)  # many prompts near 0 / 1, as in real pools
     gains = root_gain_table(v, M).ravel()
-    t_sort = best_time(lambda: np.sort(gains), args.repeats)
-    t_root = best_time(lambda: allocate_roots(v, B, max_per_prompt=M), args.repeats)
+    # Interleaved, so that load from other processes hits both sides alike.
+    pairs = [(best_time(lambda: np.sort(gains), 1), best_time(lambda: allocate_roots(v, B, max_per_prompt=M), 1))
+             for _ in range(args.repeats)]
+    t_sort, t_root = min(p[0] for p in pairs), min(p[1] for p in pairs)
+    med = float(np.median([b / a for a, b in pairs]))
     m = allocate_roots(v, B, max_per_prompt=M)
     print(f"root allocation: N={n:,} M={M} B={B:,}")
     print(f"  np.sort of {gains.size:,} marginal gains: {t_sort:.3f} s")
     print(f"  allocate_roots:                        {t_root:.3f} s")
-    print(f"  ratio allocate_roots / np.sort:        {t_root / t_sort:.2f}   (goal <= 2)")
+    print(f"  ratio allocate_roots / np.sort:        {t_root / t_sort:.2f} best-of, {med:.2f} median of "
+          f"{args.repeats} interleaved pairs   (goal <= 2)")
     print(f"  used {int(m.sum()):,} of {B:,}; active prompts {int((m > 0).sum()):,}; "
           f"expected contrastive groups {root_utility(v, m).sum():,.1f}")
 

@@ -32,7 +32,7 @@ import polars as pl
 
 from trace_core.predictor import PredictorConfig, evaluate_prospective, make_predictor, node_labels
 from trace_core.predictor.base import labelled
-from trace_core.predictor.evaluation import auc
+from trace_core.predictor.evaluation import auc, ece
 
 GOALS = {"prefix_auc": 0.80, "root_auc": 0.75, "ece": 0.05}
 
@@ -85,7 +85,8 @@ def run(args) -> dict:
         res = evaluate_prospective(p[m], y, w, kind, baselines={k: v[m] for k, v in base.items()})
         if "true_p" in frame.columns:  # synthetic only: the (approximate) oracle ceiling
             tp = frame.filter(m)["true_p"].to_numpy()
-            res["oracle_auc"] = {"root": auc(tp[kind], y[kind], w[kind]), "prefix": auc(tp[~kind], y[~kind], w[~kind])}
+            res["oracle"] = {k: {"auc": auc(tp[s], y[s], w[s]), "ece": ece(tp[s], y[s], w[s])}
+                             for k, s in (("root", kind), ("prefix", ~kind))}  # fmt: skip
         res["fit"] = report.as_dict()
         res["seconds"] = time.perf_counter() - t0
         results[t] = res
@@ -108,11 +109,12 @@ def print_iteration(t: int, res: dict) -> None:
         e = res[kind]
         line = "  ".join(
             f"{name}: AUC {e[name]['auc']:.3f} Brier {e[name]['brier']:.3f} ECE {e[name]['ece']:.3f}"
+            + (f" (mean p {e[name]['mean_pred']:.2f} vs y {e[name]['mean_outcome']:.2f})" if name == "model" else "")
             for name in ("model", "history", "constant")
             if name in e
         )
-        oracle = res.get("oracle_auc", {}).get(kind)
-        tail = f"  [oracle AUC {oracle:.3f}]" if oracle is not None else ""
+        oracle = res.get("oracle", {}).get(kind)
+        tail = f"  [oracle AUC {oracle['auc']:.3f} ECE {oracle['ece']:.3f}]" if oracle is not None else ""
         print(f"  {kind:6s} n={e['n']:5d}  {line}{tail}")
 
 

@@ -26,6 +26,8 @@ def _quiet_env(home: Path) -> None:
     os.environ.setdefault("PREFECT_HOME", str((home / "prefect").resolve()))
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str((home / "prefect" / "storage").resolve()))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # the temporary local server needs 5-16 s on 2 busy cores; the default wait is too short
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 
 def _fail(err: Exception) -> None:

@@ -48,7 +48,7 @@ per_trajectory AS (
         min(depth) - 1 AS anchor_depth,
         max(reward) FILTER (WHERE is_leaf) AS reward,
         count(*) AS turns,
-        coalesce(sum(new_tokens), 0) AS tokens
+        coalesce(sum(new_tokens), 0)::BIGINT AS tokens
     FROM steps
     GROUP BY run_id, iteration, trajectory_id
 ),

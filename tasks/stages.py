@@ -12,7 +12,6 @@ from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE
-from prefect.filesystems import LocalFileSystem
 
 from trace_core import stages, stages_learn
 from trace_core.config import TrainConfig
@@ -77,6 +76,6 @@ def cached(home: str | Path):
     crash needs both on disk; the key is inputs + task source, not the flow run)."""
     root = Path(home).resolve() / "prefect-results"
     policy = (INPUTS + TASK_SOURCE).configure(key_storage=str(root / "keys"))
-    storage = LocalFileSystem(basepath=str(root / "values"))
+    storage = root / "values"  # a Path: a local file system, no server-side block needed
     return {t.name: t.with_options(cache_policy=policy, persist_result=True, result_storage=storage)
             for t in STAGE_TASKS}

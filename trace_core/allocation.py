@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trace_core.utility import prefix_value_table, root_value_columns
+from trace_core.utility import iter_root_gains, prefix_value_table, root_value_columns
 
 _TOL = 1e-12
 _FILL_SCAN = 200_000  # items the (sequential) fill pass looks at; the 1/2 bound does not need it
@@ -130,13 +130,63 @@ def _hull_slopes(F: np.ndarray, s: np.ndarray) -> np.ndarray:
     return S
 
 
+def _root_slopes(v: np.ndarray, M: int, a: int) -> tuple[np.ndarray, np.ndarray]:
+    """(hull slopes (M, N), first block s (N,)) straight from ``v``, without the value table.
+
+    Two column sweeps: the first finds ``s = argmax_{m >= a} V(m)/m``, the second writes the
+    block average on units 1..s and the gains after it. Gains after the block fall in floating
+    point too (products by numbers <= 1 round monotonically); clamping them by the block average
+    removes the one possible rounding wiggle, so the slopes are non-increasing per row.
+    """
+    n = v.shape[0]
+    if a <= 2 <= M:
+        return _root_slopes_a2(v, M), np.full(n, 2, dtype=np.int64)
+    val = np.zeros(n)
+    best = np.full(n, -np.inf)
+    s = np.full(n, a, dtype=np.int64)
+    for m, g in enumerate(iter_root_gains(v, M), start=1):
+        val += g  # identical to root_value_columns (cumsum in the same order)
+        if m >= a:
+            avg = val / m
+            better = avg > best  # strict: the finest item on ties
+            np.copyto(best, avg, where=better)
+            s[better] = m
+    S = np.empty((M, n))
+    for j, g in enumerate(iter_root_gains(v, M)):
+        if j < a:  # s >= a: always inside the block
+            S[j] = best
+        else:
+            np.minimum(g, best, out=S[j])
+            np.copyto(S[j], best, where=j < s)
+    return S, s
+
+
+def _root_slopes_a2(v: np.ndarray, M: int) -> np.ndarray:
+    """Fast path for ``min_active <= 2``: the block is ``0 -> 2`` with average ``v(1-v)``
+    (``V(3)/3 = V(2)/2`` exactly and ``V(m)/m`` falls after), then the gains, clamped by it.
+    In-place column sweep: this is the hot loop of a 1M-prompt allocation."""
+    n = v.shape[0]
+    S = np.empty((M, n))
+    w = 1.0 - v
+    pq = v * w  # = V(2)/2 bit for bit: V(2) = pq * 2
+    S[0] = pq
+    S[1] = pq
+    pv, pw, tmp = v.copy(), w.copy(), np.empty(n)
+    for j in range(2, M):  # unit j+1: pq * (v^(j-1) + w^(j-1))
+        if j > 2:
+            np.multiply(pv, v, out=pv)
+            np.multiply(pw, w, out=pw)
+        np.add(pv, pw, out=tmp)
+        np.multiply(tmp, pq, out=tmp)
+        np.minimum(tmp, pq, out=S[j])
+    return S
+
+
 def _roots_exact(v: np.ndarray, B: int, M: int, a: int) -> np.ndarray:
     n = v.shape[0]
     if n == 0 or B < a:
         return np.zeros(n, dtype=np.int64)
-    F = root_value_columns(v, M)
-    s = _first_block(F, a)
-    S = _hull_slopes(F, s)
+    S, s = _root_slopes(v, M, a)
     total = n * M
     lam = 0.0 if B >= total else float(np.partition(S.ravel(), total - B - 1)[total - B - 1])
     if lam <= 0.0:  # every item with positive gain fits: take them all, skip zero-gain ones
@@ -144,7 +194,7 @@ def _roots_exact(v: np.ndarray, B: int, M: int, a: int) -> np.ndarray:
     m_strict = (S > lam).sum(axis=0, dtype=np.int64)
     m_tie = (S >= lam).sum(axis=0, dtype=np.int64)
     mg = _fill_ties(m_strict, m_tie, s, B)
-    return _repair(v, F, S, mg, lam, B - int(mg.sum()), a)
+    return _repair(v, S, mg, lam, B - int(mg.sum()), a)
 
 
 def _fill_ties(m_strict: np.ndarray, m_tie: np.ndarray, s: np.ndarray, B: int) -> np.ndarray:
@@ -187,9 +237,9 @@ def _repair_rows(v, S, mg, lam, thr, cap) -> np.ndarray:
     return rows
 
 
-def _repair(v, F, S, mg, lam: float, slack: int, a: int) -> np.ndarray:
+def _repair(v, S, mg, lam: float, slack: int, a: int) -> np.ndarray:
     """Exact DP over the few prompts whose change can beat the base solution (module docstring)."""
-    M = F.shape[0] - 1
+    M = S.shape[0]
     if slack < 0:
         raise AssertionError("base solution exceeds the budget")
     thr = lam * slack + _TOL * max(1.0, lam * M)
@@ -198,7 +248,7 @@ def _repair(v, F, S, mg, lam: float, slack: int, a: int) -> np.ndarray:
     if rows.size == 0:
         return mg
     marr = np.arange(M + 1)[:, None]
-    Fc = F[:, rows]
+    Fc = root_value_columns(v[rows], M)  # values only where they are needed
     g0 = mg[rows]
     cols = np.arange(rows.size)
     red = (Fc[g0, cols] - lam * g0)[None, :] - (Fc - lam * marr)
@@ -212,20 +262,25 @@ def _repair(v, F, S, mg, lam: float, slack: int, a: int) -> np.ndarray:
     o = o[np.argsort(d[o], kind="stable")]  # grouped by change d
     ds = d[o]
     rank = np.arange(o.size) - np.searchsorted(ds, ds, side="left")
-    core = np.unique(rows[cj[o[rank < cap]]])
-    return _dp_core(F, mg, core, slack, a)
+    core_cols = np.unique(cj[o[rank < cap]])
+    out = mg.copy()
+    out[rows[core_cols]] = _dp_core(Fc[:, core_cols], g0[core_cols], slack, a)
+    return out
 
 
-def _dp_core(F: np.ndarray, mg: np.ndarray, core: np.ndarray, slack: int, a: int) -> np.ndarray:
-    """Exact DP over ``core`` rows; state = sum of changes ``m_i - mg_i`` (bounded, see docstring)."""
-    M = F.shape[0] - 1
+def _dp_core(F: np.ndarray, mg: np.ndarray, slack: int, a: int) -> np.ndarray:
+    """Exact DP over the core: F (M+1, C) values, mg (C,) base counts; returns (C,) counts.
+
+    State = sum of changes ``m_i - mg_i``, bounded by ``M^2 + 2M`` (module docstring).
+    """
+    M, C = F.shape[0] - 1, F.shape[1]
     W = M * M + 2 * M
     width = 2 * W + 1
     dp = np.full(width, -np.inf)
     dp[W] = 0.0
-    choices = np.empty((core.size, width), dtype=np.int16)
+    choices = np.empty((C, width), dtype=np.int16)
     options = [0] + list(range(a, M + 1))
-    for t, i in enumerate(core):
+    for i in range(C):
         g0 = mg[i]
         new = dp.copy()
         choice = np.full(width, g0, dtype=np.int16)
@@ -243,13 +298,12 @@ def _dp_core(F: np.ndarray, mg: np.ndarray, core: np.ndarray, slack: int, a: int
             np.copyto(new, shifted, where=better)
             choice[better] = m
         dp = new
-        choices[t] = choice
+        choices[i] = choice
     state = int(np.argmax(dp[: W + slack + 1]))  # first maximum: least budget among optima
     out = mg.copy()
-    for t in range(core.size - 1, -1, -1):
-        m = int(choices[t, state])
-        out[core[t]] = m
-        state -= m - mg[core[t]]
+    for i in range(C - 1, -1, -1):
+        out[i] = int(choices[i, state])
+        state -= out[i] - mg[i]
     return out
 
 

@@ -51,19 +51,40 @@ def root_value_table(v, max_per_prompt: int) -> np.ndarray:
 def root_value_columns(v, max_per_prompt: int) -> np.ndarray:
     """``V_root(v_i, m)`` laid out as ``(max_per_prompt + 1, N)``: one contiguous row per ``m``.
 
-    Built with running products (no ``np.power`` on the full table): the solvers call it on
-    1M-prompt pools, where contiguous per-``m`` rows are several times faster than columns.
+    Running sums of ``root_gain_columns`` (accurate for tiny ``v``, where ``1 - v^m - (1-v)^m``
+    cancels), so solvers and checks see identical numbers.
+    """
+    g = root_gain_columns(v, max_per_prompt)
+    out = np.empty((max_per_prompt + 1, g.shape[1]), dtype=np.float64)
+    out[0] = 0.0
+    np.cumsum(g, axis=0, out=out[1:])
+    return out
+
+
+def root_gain_columns(v, max_per_prompt: int) -> np.ndarray:
+    """Gains of rollout ``m = 1..M`` as ``(M, N)``: 0, then ``v(1-v)(v^(m-2) + (1-v)^(m-2))``.
+
+    Running products (no ``np.power``): exactly the numbers ``iter_root_gains`` yields.
     """
     v = np.asarray(v, dtype=np.float64).reshape(-1)
-    w = 1.0 - v
-    out = np.empty((max_per_prompt + 1, v.shape[0]), dtype=np.float64)
-    out[:2] = 0.0
-    pv, pw = v.copy(), w.copy()
-    for m in range(2, max_per_prompt + 1):
-        pv *= v
-        pw *= w
-        np.subtract(1.0 - pv, pw, out=out[m])
+    out = np.empty((max_per_prompt, v.shape[0]), dtype=np.float64)
+    for j, g in enumerate(iter_root_gains(v, max_per_prompt)):
+        out[j] = g
     return out
+
+
+def iter_root_gains(v: np.ndarray, max_per_prompt: int):
+    """Yield the (N,) gain of rollout ``m`` for ``m = 1..max_per_prompt`` (column by column)."""
+    w = 1.0 - v
+    pq = v * w
+    pv = np.ones_like(v)
+    pw = np.ones_like(v)
+    yield np.zeros_like(v)
+    for m in range(2, max_per_prompt + 1):
+        if m > 2:
+            pv = pv * v
+            pw = pw * w
+        yield pq * (pv + pw)
 
 
 def root_gain_table(v, max_per_prompt: int) -> np.ndarray:
@@ -71,9 +92,8 @@ def root_gain_table(v, max_per_prompt: int) -> np.ndarray:
 
     Column ``j`` holds ``V_root(v, j+1) - V_root(v, j)``: column 0 is 0 (one rollout has no
     contrast), column 1 is ``2v(1-v)``, later columns ``v(1-v)(v^(m-2) + (1-v)^(m-2))``.
-    Differences of ``root_value_table`` so that solvers and checks use identical numbers.
     """
-    return np.diff(root_value_table(v, max_per_prompt), axis=1)
+    return root_gain_columns(v, max_per_prompt).T
 
 
 def prefix_gain_table(v, r, max_per_node: int) -> np.ndarray:

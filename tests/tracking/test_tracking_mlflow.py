@@ -164,7 +164,7 @@ def test_locked_database_does_not_block_training(tmp_path, template_db):
     tr = Tracker(tmp_path, "r5", config=TrackingConfig(**FAST))
     tr.log_metrics({"loss": 1.0}, step=0)
     assert tr.flush(timeout=120)
-    db = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None)
+    db = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None, check_same_thread=False)
     db.execute("BEGIN EXCLUSIVE")  # e.g. an analyst's long transaction
     t0 = time.perf_counter()
     for it in range(1, 20):

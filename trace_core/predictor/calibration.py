@@ -1,7 +1,8 @@
 """Calibration maps fitted on a held-out split: Platt scaling and isotonic regression.
 
-Each fitter takes raw probabilities ``p`` ``(n,)``, soft outcomes ``y`` ``(n,)`` in [0, 1] and weights
-``w`` ``(n,)`` and returns a picklable map ``(n,) -> (n,)``. Registered by name in ``CALIBRATORS``.
+Each fitter takes raw probabilities ``p`` ``(n,)``, soft outcomes ``y`` ``(n,)`` in [0, 1], weights
+``w`` ``(n,)`` and optionally iterations ``t`` ``(n,)``, and returns a picklable map
+``(p (n,), t (n,) | None) -> (n,)``. Only Platt uses ``t`` (a per-iteration drift term). Registered by name in ``CALIBRATORS``.
 """
 
 from __future__ import annotations
@@ -18,9 +19,15 @@ _EPS = 1e-6
 class PlattMap:
     a: float
     b: float
+    c: float = 0.0  # logit drift per iteration
+    t_ref: float = 0.0  # last iteration of the calibration data
 
-    def __call__(self, p: np.ndarray) -> np.ndarray:
-        return sigmoid(self.a * logit(np.asarray(p, dtype=np.float64)) + self.b)
+    def __call__(self, p: np.ndarray, t: np.ndarray | None = None) -> np.ndarray:
+        z = self.a * logit(np.asarray(p, dtype=np.float64)) + self.b
+        if t is not None and self.c != 0.0:
+            # at most one step ahead: the drift is a local trend, not a forecast
+            z = z + self.c * np.clip(np.asarray(t, dtype=np.float64) - self.t_ref, None, 1.0)
+        return sigmoid(z)
 
 
 @dataclass(frozen=True)
@@ -28,13 +35,13 @@ class IsotonicMap:
     centres: np.ndarray  # (k,) increasing block centres of the raw probabilities
     levels: np.ndarray  # (k,) non-decreasing calibrated values
 
-    def __call__(self, p: np.ndarray) -> np.ndarray:
+    def __call__(self, p: np.ndarray, t: np.ndarray | None = None) -> np.ndarray:
         return np.interp(np.asarray(p, dtype=np.float64), self.centres, self.levels)
 
 
 @dataclass(frozen=True)
 class IdentityMap:
-    def __call__(self, p: np.ndarray) -> np.ndarray:
+    def __call__(self, p: np.ndarray, t: np.ndarray | None = None) -> np.ndarray:
         return np.asarray(p, dtype=np.float64)
 
 
@@ -50,23 +57,47 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))  # overflow-free
 
 
-def fit_platt(p: np.ndarray, y: np.ndarray, w: np.ndarray, *, iters: int = 50, l2: float = 1e-3) -> Calibrator:
-    """``q = sigmoid(a * logit(p) + b)``, (a, b) by weighted Newton on the log-loss (tiny ridge)."""
+def fit_platt(
+    p: np.ndarray, y: np.ndarray, w: np.ndarray, t: np.ndarray | None = None, *, iters: int = 50, l2: float = 1e-2
+) -> PlattMap:
+    """``q = sigmoid(a * logit(p) + b + c * (t - t_ref))``, by weighted Newton on the log-loss (small ridge).
+
+    ``t`` ``(n,)`` (optional) is each node's iteration: ``c`` is the drift of the outcomes' logit per
+    iteration that the model (which does not see the iteration) misses, so predictions for the next
+    iteration are extrapolated one step along it instead of lagging behind an improving policy.
+    """
     z = logit(p)
-    theta = np.array([1.0, 0.0])
-    x = np.stack([z, np.ones_like(z)], axis=1)
+    trend = t is not None and len(np.unique(t)) > 1
+    t_ref = float(np.max(t)) if t is not None and len(t) else 0.0
+    cols = [z, np.ones_like(z)] + ([np.asarray(t, dtype=np.float64) - t_ref] if trend else [])
+    x = np.stack(cols, axis=1)
+    anchor = np.array([1.0, 0.0, 0.0][: x.shape[1]])
+    theta = anchor.copy()
+
+    def loss(th: np.ndarray) -> float:
+        s = x @ th  # log-loss in logit form: log(1 + e^s) - y s, overflow-free
+        return float(np.sum(w * (np.logaddexp(0.0, s) - y * s)) + 0.5 * l2 * np.sum((th - anchor) ** 2))
+
+    cur = loss(theta)
     for _ in range(iters):
         q = sigmoid(x @ theta)
-        grad = x.T @ (w * (q - y)) + l2 * (theta - [1.0, 0.0])
-        hess = (x * (w * q * (1 - q))[:, None]).T @ x + l2 * np.eye(2)
+        grad = x.T @ (w * (q - y)) + l2 * (theta - anchor)
+        hess = (x * (w * q * (1 - q))[:, None]).T @ x + l2 * np.eye(len(theta))
         step = np.linalg.solve(hess, grad)
-        theta = theta - step
+        # backtracking: raw Newton diverges from overconfident inputs (flat sigmoid, tiny Hessian)
+        for _ in range(30):
+            new = loss(theta - step)
+            if new <= cur:
+                break
+            step = step / 2
+        theta, cur = theta - step, min(new, cur)
         if np.abs(step).max() < 1e-8:
             break
-    return PlattMap(float(theta[0]), float(theta[1]))
+    c = float(theta[2]) if trend else 0.0
+    return PlattMap(float(theta[0]), float(theta[1]), c, t_ref)
 
 
-def fit_isotonic(p: np.ndarray, y: np.ndarray, w: np.ndarray) -> Calibrator:
+def fit_isotonic(p: np.ndarray, y: np.ndarray, w: np.ndarray, t: np.ndarray | None = None) -> IsotonicMap:
     """Weighted pool-adjacent-violators on ``p`` order; linear interpolation between block centres."""
     order = np.argsort(p, kind="stable")
     xs, ys, ws = p[order], y[order], np.maximum(w[order], 1e-12)
@@ -88,11 +119,11 @@ def fit_isotonic(p: np.ndarray, y: np.ndarray, w: np.ndarray) -> Calibrator:
     return IsotonicMap(centres, levels)
 
 
-def identity(p: np.ndarray, y: np.ndarray, w: np.ndarray) -> Calibrator:
+def identity(p: np.ndarray, y: np.ndarray, w: np.ndarray, t: np.ndarray | None = None) -> IdentityMap:
     return IdentityMap()
 
 
-CALIBRATORS: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray], Calibrator]] = {
+CALIBRATORS: dict[str, Callable[..., Calibrator]] = {
     "platt": fit_platt,
     "isotonic": fit_isotonic,
     "none": identity,

@@ -25,16 +25,16 @@ class FeatureConfig(BaseModel):
 class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    hidden: int = Field(32, ge=0, le=1024, description="MLP hidden width; 0 gives a logistic model.")
-    epochs: int = Field(6, ge=1, le=200, description="Passes over the (capped) training set per fit.")
+    hidden: int = Field(16, ge=0, le=1024, description="MLP hidden width; 0 gives a logistic model.")
+    epochs: int = Field(5, ge=1, le=200, description="Passes over the (capped) training set per fit.")
     warm_epochs: int = Field(
-        3, ge=1, le=200, description="Passes when warm-starting from the previous fit (incremental refresh)."
+        2, ge=1, le=200, description="Passes when warm-starting from the previous fit (incremental refresh)."
     )
-    batch_size: int = Field(512, ge=16, le=65536, description="Minibatch size (nodes).")
+    batch_size: int = Field(1024, ge=16, le=65536, description="Minibatch size (nodes).")
     lr: float = Field(0.01, gt=0.0, le=1.0, description="Adam learning rate.")
     weight_decay: float = Field(1e-5, ge=0.0, le=1.0, description="Decoupled weight decay of the dense layers (the sparse text table has none).")
     max_train_nodes: int = Field(
-        40_000,
+        20_000,
         ge=100,
         le=10_000_000,
         description="Cap on labelled nodes per fit; the most recent iterations are kept first (bounded time).",
@@ -59,6 +59,11 @@ class CalibrationConfig(BaseModel):
     )
     holdout_fraction: float = Field(
         0.2, ge=0.0, le=0.5, description="Share of prompts (grouped by prompt_id) held out for calibration."
+    )
+    drift: bool = Field(
+        True,
+        description="Platt only: also fit a per-iteration logit drift on the held-out nodes and extrapolate "
+        "it one iteration ahead (the policy improves between fit and use).",
     )
     min_holdout_nodes: int = Field(
         30, ge=2, le=100_000, description="Fewer held-out nodes of a kind than this: that kind stays uncalibrated."

@@ -4,8 +4,9 @@
 
 * sparse (an EmbeddingBag input): hashed word n-grams in three namespaces, each block scaled
   by ``1/sqrt(#grams)`` so long paths do not swamp short ones:
-  ``q`` the question (the root's ``action_text``, or a ``question`` column), ``p`` every turn on
-  the path so far, ``l`` the node's own (latest) turn; plus categorical tokens
+  ``q`` the question (the root's ``action_text``, or a ``question`` column), ``a``/``o`` (or ``p``
+  for a ``path_text``) every turn on the path so far as unigrams, ``l``/``lo`` the node's own
+  (latest) turn; plus categorical tokens
   (``task``, ``task x difficulty``, depth, tool errors, answered).
 * dense ``(n, len(DENSE_NAMES))`` float32: structure and policy signals (see ``DENSE_NAMES``).
 
@@ -89,7 +90,7 @@ class _Hasher:
             self._cache[gram] = v
         return v
 
-    def grams(self, ns: str, text: str | None) -> np.ndarray:
+    def grams(self, ns: str, text: str | None, ngram_max: int | None = None) -> np.ndarray:
         """Hashed bucket ids of the 1..ngram_max word grams of ``text`` in namespace ``ns``."""
         if not text:
             return np.zeros(0, dtype=np.int64)
@@ -98,7 +99,7 @@ class _Hasher:
         toks = [t if not t.isdigit() else f"{t} #{len(t)}" for t in toks]
         toks = " ".join(toks).split()
         out = [self._h(f"{ns}:{t}") for t in toks]
-        for n in range(2, self.cfg.ngram_max + 1):
+        for n in range(2, (ngram_max or self.cfg.ngram_max) + 1):
             out += [self._h(f"{ns}:" + " ".join(toks[i : i + n])) for i in range(len(toks) - n + 1)]
         return np.asarray(out, dtype=np.int64)
 
@@ -163,7 +164,8 @@ def featurize(nodes: pl.DataFrame, cfg: FeatureConfig) -> FeatureBatch:
 
     def turn(i: int) -> np.ndarray:
         if i not in turn_cache:
-            turn_cache[i] = np.concatenate([h.grams("a", acts[i]), h.grams("o", obs[i])])
+            # the whole path as a bag of words (unigrams): bigrams here cost most of the entries
+            turn_cache[i] = np.concatenate([h.grams("a", acts[i], 1), h.grams("o", obs[i], 1)])
         return turn_cache[i]
 
     idx, vals, offsets, q_cache, pos = [], [], np.zeros(n, dtype=np.int64), {}, 0
@@ -173,7 +175,7 @@ def featurize(nodes: pl.DataFrame, cfg: FeatureConfig) -> FeatureBatch:
             q_cache[q] = h.grams("q", q)
         blocks = [[q_cache[q]]]
         if depth[i] > 0:
-            blocks.append([h.grams("p", ptext[i])] if ptext[i] else [turn(k) for k in paths[i]])
+            blocks.append([h.grams("p", ptext[i], 1)] if ptext[i] else [turn(k) for k in paths[i]])
             blocks.append([h.grams("l", acts[i]), h.grams("lo", obs[i])])
         cats = [f"task={task[i]}", f"diff={task[i]}:{diff[i]}", f"depth={min(int(depth[i]), 8)}"]
         cats += [f"err={min(int(errs[i]), 3)}", f"ans={int(answered[i])}", f"root={int(depth[i] == 0)}"]

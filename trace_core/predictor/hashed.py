@@ -1,7 +1,7 @@
 """The default CPU-fast predictor: hashed text + structure + policy signals -> torch head ->
 per-kind calibration -> per-prompt Beta posterior.
 
-Registered as ``hashed_mlp`` (``model.hidden`` as configured, default 32) and ``hashed_logistic``
+Registered as ``hashed_mlp`` (``model.hidden`` as configured, default 16) and ``hashed_logistic``
 (``hidden = 0``).
 
 ``fit`` (all labelled nodes so far):
@@ -12,7 +12,9 @@ Registered as ``hashed_mlp`` (``model.hidden`` as configured, default 32) and ``
 3. a held-out ``holdout_fraction`` of prompts (by a seeded hash of ``prompt_id``) for calibration;
 4. the head trains on the rest, warm-starting from the previous fit (``warm_epochs``) when the
    feature layout is unchanged;
-5. one calibration map per node kind (root / prefix) on the held-out nodes.
+5. one calibration map per node kind (root / prefix) on the held-out nodes; Platt with
+   ``calibration.drift`` also fits the outcomes' logit drift per iteration and applies it (at most
+   one step ahead) so predictions do not lag an improving policy.
 
 ``predict``: calibrated head probability, then for roots the Beta posterior with that probability as
 the prior; prefixes are shifted in logit space by their prompt's ``logit(posterior) - logit(model)``
@@ -60,6 +62,7 @@ class HashedPredictor:
         h = config.history
         self.history = PromptHistory(h.discount, h.prior_strength)
         self.base_rate: dict[str, float] | None = None  # None = never fitted -> first-iteration prior
+        self.last_iteration = 0.0
 
     # -- features (the hf_encoder subclass overrides this) -------------------------------------------
     def _featurize(self, nodes: pl.DataFrame) -> FeatureBatch:
@@ -114,6 +117,7 @@ class HashedPredictor:
             "prefix": _wmean(y_all[~roots], w_all[~roots], prior),
         }
         iters = sorted({int(i) for i in lab["iteration"].drop_nulls().to_list()})
+        self.last_iteration = float(max(iters)) if iters else 0.0
         common = dict(
             n_labelled=lab.height,
             n_roots=int(roots.sum()),
@@ -154,13 +158,17 @@ class HashedPredictor:
             return report
         p_raw = sigmoid(head_logits(self.head, fb.take(hold)))
         roots = is_root(sub[hold])
+        its = sub[hold]["iteration"].cast(pl.Int64).fill_null(0).to_numpy()
         for kind, mask in (("root", roots), ("prefix", ~roots)):
             if mask.sum() < ccfg.min_holdout_nodes:
                 continue
             p, yy, ww = p_raw[mask], y[hold][mask], w[hold][mask]
-            cal = CALIBRATORS[ccfg.method](p, yy, ww)
+            tt = its[mask] if ccfg.drift else None
+            cal = CALIBRATORS[ccfg.method](p, yy, ww, tt)
             self.calibrators[kind] = cal
-            report[kind] = {"n": int(mask.sum()), "brier_before": _brier(p, yy, ww), "brier_after": _brier(cal(p), yy, ww)}
+            report[kind] = {"n": int(mask.sum()), "brier_before": _brier(p, yy, ww),
+                            "brier_after": _brier(cal(p, tt), yy, ww),
+                            "drift_per_iteration": float(getattr(cal, "c", 0.0))}  # fmt: skip
         return report
 
     # -- predict ---------------------------------------------------------------------------------------
@@ -173,9 +181,11 @@ class HashedPredictor:
         if self.head is None:
             return np.where(roots, self.base_rate["root"], self.base_rate["prefix"]).astype(np.float64)
         p = sigmoid(head_logits(self.head, self._featurize(nodes)))
+        # a node without an iteration is taken to be from the next one (one step past the fit)
+        its = nodes["iteration"].cast(pl.Float64).fill_null(self.last_iteration + 1.0).to_numpy()
         out = np.empty_like(p)
-        out[roots] = self.calibrators["root"](p[roots])
-        out[~roots] = self.calibrators["prefix"](p[~roots])
+        out[roots] = self.calibrators["root"](p[roots], its[roots])
+        out[~roots] = self.calibrators["prefix"](p[~roots], its[~roots])
         return np.clip(out, 0.0, 1.0)
 
     def _with_history(self, nodes: pl.DataFrame, p_model: np.ndarray) -> np.ndarray:

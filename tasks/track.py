@@ -1,0 +1,55 @@
+"""MLflow tracking of one training flow run (buffered: an outage never stops training)."""
+
+from __future__ import annotations
+
+from trace_core.config import TrainConfig
+from trace_core.runtime import RunRef
+from tracking.mlflow_tracker import Tracker, TrackingConfig
+from tracking.report import publish_run_artifacts
+
+_STAGES = ("predictor", "roots", "raw", "score", "extend", "verify", "update")
+
+
+def iteration_metrics(results: dict, row: dict) -> dict[str, float]:
+    """The per-iteration metrics: effective ratio, waste, accuracy, budget, tokens, predictor
+    fit, update loss and stage timings."""
+    ver, upd, fit = results["verify"], results["update"], results["predictor"].get("fit", {})
+    out = {k: ver[k] for k in ("effective_ratio", "wasted_share", "effective_per_1k_tokens", "train_reward",
+                               "wasted", "reward_mismatches")}
+    out.update(budget_asked=row["budget_asked"], budget_used=row["budget_used"], tokens=row["tokens"],
+               raw_tokens_per_s=results["raw"]["tokens_per_s"], expected_contrastive=results["roots"]["expected_contrastive"],
+               prefixes_branched=results["score"]["branched"], predictor_train_loss=fit.get("train_loss"),
+               predictor_labelled=fit.get("n_labelled"))
+    out.update({f"update_{k}": v for k, v in upd.items() if isinstance(v, float)})
+    out.update({k: v for k, v in row.items() if k.startswith("accuracy") and v is not None})
+    out.update({f"seconds_{k}": float(results[k].get("seconds", 0.0)) for k in _STAGES})
+    out.update({f"predictor_{k}": v for k, v in ver.get("predictor_metrics", {}).items()})
+    return out
+
+
+class RunTracker:
+    """One MLflow run per training run (a child of ``parent`` for ``compare``). Steps are the
+    iteration numbers, so a resumed run continues its curves without gaps or repeats."""
+
+    def __init__(self, ref: RunRef, cfg: TrainConfig, *, tracking_uri: str | None = None, parent: str | None = None):
+        tcfg = TrackingConfig(enabled=cfg.tracking.enabled, tracking_uri=tracking_uri,
+                              experiment=cfg.tracking.experiment)
+        self.parent = Tracker(ref.home, parent, config=tcfg) if parent else None
+        self.cfg = cfg
+        self.tracker = Tracker(ref.home, ref.run_id, config=tcfg, parent=self.parent,
+                               tags={"trace_rl.strategy": cfg.allocation.strategy})
+        self.tracker.log_params(cfg.model_dump(mode="json"))
+
+    def log(self, metrics: dict, step: int) -> None:
+        self.tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
+
+    def log_iteration(self, i: int, results: dict, row: dict) -> None:
+        self.log(iteration_metrics(results, row), step=i + 1)  # step 0 = before training
+
+    def finish(self, history: list[dict]) -> str:
+        files = publish_run_artifacts(self.tracker, self.cfg)
+        self.tracker.finish()
+        if self.parent is not None:
+            self.parent.finish()
+        report = next((f for f in files if f.name == "report.md"), None)
+        return report.read_text() if report else ""
