@@ -50,12 +50,19 @@ def load_source(args) -> tuple[pl.DataFrame, str]:
     if args.source == "simulate":
         try:
             sim = importlib.import_module("trace_core.simulate")
-            return sim.simulate_nodes(args.iterations + 1, seed=args.seed), "oracle simulator (trace_core.simulate)"
+            return sim.simulate_nodes(
+                args.iterations + 1, seed=args.seed
+            ), "oracle simulator (trace_core.simulate)"
         except (ImportError, AttributeError) as e:
-            print(f"[note] trace_core.simulate has no simulate_nodes ({e}); using SYNTHETIC trees", file=sys.stderr)
+            print(
+                f"[note] trace_core.simulate has no simulate_nodes ({e}); using SYNTHETIC trees",
+                file=sys.stderr,
+            )
     from trace_core.predictor.synthetic import synthetic_run
 
-    return synthetic_run(args.iterations + 1, seed=args.seed), "SYNTHETIC latent-logit trees (not the tiny policy)"
+    return synthetic_run(
+        args.iterations + 1, seed=args.seed
+    ), "SYNTHETIC latent-logit trees (not the tiny policy)"
 
 
 def eval_mask(df: pl.DataFrame) -> np.ndarray:
@@ -109,7 +116,11 @@ def print_iteration(t: int, res: dict) -> None:
         e = res[kind]
         line = "  ".join(
             f"{name}: AUC {e[name]['auc']:.3f} Brier {e[name]['brier']:.3f} ECE {e[name]['ece']:.3f}"
-            + (f" (mean p {e[name]['mean_pred']:.2f} vs y {e[name]['mean_outcome']:.2f})" if name == "model" else "")
+            + (
+                f" (mean p {e[name]['mean_pred']:.2f} vs y {e[name]['mean_outcome']:.2f})"
+                if name == "model"
+                else ""
+            )
             for name in ("model", "history", "constant")
             if name in e
         )
@@ -123,7 +134,12 @@ def goal_lines(final: dict) -> list[tuple[str, float, float, bool]]:
         return final.get(kind, {}).get("model", {}).get(metric, float("nan"))
 
     rows = [
-        ("prefix AUC", get("prefix", "auc"), GOALS["prefix_auc"], get("prefix", "auc") >= GOALS["prefix_auc"]),
+        (
+            "prefix AUC",
+            get("prefix", "auc"),
+            GOALS["prefix_auc"],
+            get("prefix", "auc") >= GOALS["prefix_auc"],
+        ),
         ("root AUC", get("root", "auc"), GOALS["root_auc"], get("root", "auc") >= GOALS["root_auc"]),
         ("prefix ECE", get("prefix", "ece"), GOALS["ece"], get("prefix", "ece") <= GOALS["ece"]),
         ("root ECE", get("root", "ece"), GOALS["ece"], get("root", "ece") <= GOALS["ece"]),

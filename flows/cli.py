@@ -129,10 +129,13 @@ def sql(
     home: Path = HomeOpt,
 ) -> None:
     """Run a named analysis query against the run home's DuckDB catalogue."""
-    from trace_core.sqlq import sql_command
+    from trace_core.sqlq import describe_query, list_queries, sql_command
 
+    if name is None:
+        typer.echo("\n".join(f"{q:32s} {describe_query(q)}" for q in list_queries()))
+        return
     try:
-        text = sql_command(home, name, run_id=run_id, fmt=fmt, out=out)
+        text = sql_command(name, run_id=run_id, fmt=fmt, home_dir=home, output=out)
     except (KeyError, ValueError, FileNotFoundError) as err:
         _fail(err)
     if text:

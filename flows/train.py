@@ -52,7 +52,7 @@ def train_flow(config: dict, run_id: str | None = None, home: str = ".trace-home
         raw = t["generate-raw-rollouts"](ref, cfg, i, checkpoint, roots)                 # (3)
         scored = t["score-prefixes"](ref, cfg, i, predictor, raw, roots)                 # (4)
         ext = t["extend-prefixes"](ref, cfg, i, checkpoint, raw, scored)                 # (5)
-        verified = t["verify-rewards"](ref, cfg, i, checkpoint, roots, raw, scored, ext)  # (6)
+        verified = t["verify-rewards"](ref, cfg, i, checkpoint, predictor, roots, raw, scored, ext)  # (6)
         upd = t["update-policy"](ref, cfg, i, checkpoint, verified)                     # (7)
         checkpoint = upd["checkpoint"]
 
@@ -67,3 +67,14 @@ def train_flow(config: dict, run_id: str | None = None, home: str = ".trace-home
         tracker.log_iteration(i, results, row)
     report = tracker.finish(history)
     return {"run_id": ref.run_id, "home": ref.home, "checkpoint": checkpoint, "iterations": history, "report": report}
+
+
+@flow(name="trace-train-scheduled", log_prints=True)
+def scheduled_train(config_path: str = "configs/tiny.yaml", overrides: list[str] | None = None,
+                    run_id: str | None = None, home: str = ".trace-home", tracking_uri: str | None = None) -> dict:
+    """Entry point of the scheduled deployment (``prefect.yaml``): load a YAML config from the
+    worker's checkout, apply ``overrides``, and run the training flow as a subflow."""
+    from trace_core.config import load_train_config
+
+    cfg = load_train_config(config_path, overrides or [])
+    return train_flow(cfg.model_dump(mode="json"), run_id=run_id, home=home, tracking_uri=tracking_uri)

@@ -1,7 +1,7 @@
 -- Where did the budget go: how many trajectories and tokens were spent branching at each depth?
 WITH scoped AS (
     SELECT *
-    FROM trajectories
+    FROM trajectory_groups
     WHERE $run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR
 ),
 
@@ -9,9 +9,9 @@ by_depth AS (
     SELECT
         run_id,
         anchor_depth,
-        count(*) AS trajectories,
-        sum(tokens) AS tokens,
-        count(*) FILTER (WHERE effective) AS effective
+        sum(trajectories)::BIGINT AS trajectories,
+        sum(tokens)::BIGINT AS tokens,
+        coalesce(sum(trajectories) FILTER (WHERE contrastive), 0)::BIGINT AS effective
     FROM scoped
     GROUP BY run_id, anchor_depth
 )

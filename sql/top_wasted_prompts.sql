@@ -1,7 +1,7 @@
 -- Which prompts soaked up the most wasted trajectories (all iterations together)? Top 20.
 WITH scoped AS (
     SELECT *
-    FROM trajectories
+    FROM trajectory_groups
     WHERE $run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR
 )
 
@@ -11,11 +11,11 @@ SELECT
     any_value(task) AS task,
     any_value(difficulty) AS difficulty,
     count(DISTINCT iteration) AS iterations,
-    count(*) AS trajectories,
-    count(*) FILTER (WHERE wasted) AS wasted,
-    round(avg(reward), 4) AS mean_reward
+    sum(trajectories)::BIGINT AS trajectories,
+    coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted,
+    round(sum(successes) / sum(trajectories), 4) AS mean_reward
 FROM scoped
 GROUP BY run_id, prompt_id
-HAVING count(*) FILTER (WHERE wasted) > 0
+HAVING coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0) > 0
 ORDER BY wasted DESC, run_id, prompt_id
 LIMIT 20;

@@ -1,8 +1,8 @@
 -- Where was the rollout budget wasted, iteration by iteration?
--- wasted = generated trajectories in zero-contrast groups (see the trajectories view).
+-- wasted = generated trajectories in zero-contrast groups (see the trajectory_groups view).
 WITH scoped AS (
     SELECT *
-    FROM trajectories
+    FROM trajectory_groups
     WHERE $run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR
 )
 
@@ -10,12 +10,12 @@ SELECT
     run_id,
     any_value(strategy) AS strategy,
     iteration,
-    count(*) AS trajectories,
-    count(*) FILTER (WHERE wasted) AS wasted,
-    round(count(*) FILTER (WHERE wasted) / count(*), 4) AS wasted_share,
-    round(count(*) FILTER (WHERE effective) / count(*), 4) AS effective_ratio,
-    sum(tokens) AS tokens,
-    coalesce(sum(tokens) FILTER (WHERE wasted), 0) AS wasted_tokens
+    sum(trajectories)::BIGINT AS trajectories,
+    coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted,
+    round(coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0) / sum(trajectories), 4) AS wasted_share,
+    round(coalesce(sum(trajectories) FILTER (WHERE contrastive), 0) / sum(trajectories), 4) AS effective_ratio,
+    sum(tokens)::BIGINT AS tokens,
+    coalesce(sum(tokens) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted_tokens
 FROM scoped
 GROUP BY run_id, iteration
 ORDER BY run_id, iteration;

@@ -1,18 +1,18 @@
 -- Which task family wastes the most rollouts?
 WITH scoped AS (
     SELECT *
-    FROM trajectories
+    FROM trajectory_groups
     WHERE $run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR
 )
 
 SELECT
     run_id,
     task,
-    count(*) AS trajectories,
-    count(*) FILTER (WHERE wasted) AS wasted,
-    round(count(*) FILTER (WHERE wasted) / count(*), 4) AS wasted_share,
-    round(avg(reward), 4) AS mean_reward,
-    coalesce(sum(tokens) FILTER (WHERE wasted), 0) AS wasted_tokens
+    sum(trajectories)::BIGINT AS trajectories,
+    coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted,
+    round(coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0) / sum(trajectories), 4) AS wasted_share,
+    round(sum(successes) / sum(trajectories), 4) AS mean_reward,
+    coalesce(sum(tokens) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted_tokens
 FROM scoped
 GROUP BY run_id, task
 ORDER BY run_id, wasted DESC, task;

@@ -47,9 +47,9 @@ def extend_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: s
 
 
 @task(name="verify-rewards")
-def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, roots: dict, raw: dict,
-                   scored: dict, ext: dict) -> dict:
-    return stages_learn.verify(ref, cfg, iteration, checkpoint, roots, raw, scored, ext)
+def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, predictor: dict, roots: dict,
+                   raw: dict, scored: dict, ext: dict) -> dict:
+    return stages_learn.verify(ref, cfg, iteration, checkpoint, predictor, roots, raw, scored, ext)
 
 
 @task(name="update-policy", retries=ENGINE_RETRIES, retry_delay_seconds=5)

@@ -41,7 +41,14 @@ class RunTracker:
         self.tracker.log_params(cfg.model_dump(mode="json"))
 
     def log(self, metrics: dict, step: int) -> None:
+        """Log one step once: a resumed run skips the steps its crashed predecessor logged."""
+        marker = self.tracker.run_dir / "tracked_step"
+        done = int(marker.read_text()) if marker.is_file() else -1
+        if step <= done:
+            return
         self.tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
+        if self.tracker.flush(timeout=5.0):  # sent: a crash from here on must not log it twice
+            marker.write_text(str(step))
 
     def log_iteration(self, i: int, results: dict, row: dict) -> None:
         self.log(iteration_metrics(results, row), step=i + 1)  # step 0 = before training

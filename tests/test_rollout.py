@@ -153,3 +153,24 @@ def test_context_limit_ends_episodes(chat, envs):
 def test_engine_request_shape(chat):
     r = GenRequest((1, 2, 3), n=2, seed=4)
     assert r.n == 2 and r.prompt_ids == (1, 2, 3)
+
+
+@pytest.mark.slow
+def test_shipped_warm_policy_plays_multi_turn_episodes():
+    from trace_core.policy.model import TINY_WARM_DIR, load_policy
+
+    if not (TINY_WARM_DIR / "config.json").is_file():
+        pytest.skip("shipped tiny-warm checkpoint not built (trace-rl warmup)")
+    from trace_core.policy.chat import ChatFormat
+
+    model, tok = load_policy()
+    chat = ChatFormat(tok)
+    envs = {f: make_env(f) for f in FAMILIES}
+    tasks = [t for f in FAMILIES for t in generate_tasks(f, 4, 0, seed=11)]
+    nodes = run_rollouts(HFEngine(model, chat), chat, envs, tasks, [4] * len(tasks),
+                         sampling=SamplingConfig(max_new_tokens=64, seed=0), cfg=RolloutConfig(progress=False))
+    leaves = nodes.filter(pl.col("is_leaf"))
+    for f in FAMILIES:
+        fam = nodes.filter(pl.col("task") == f)
+        assert fam["depth"].max() >= 2, f  # the warm policy calls tools before answering
+    assert leaves["reward"].sum() > 0  # and solves some episodes

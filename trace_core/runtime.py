@@ -108,7 +108,7 @@ def load_policy_for(cfg: TrainConfig, checkpoint: str) -> Policy:
     the cached engine instead of rebuilding it, as a vLLM worker must)."""
     import torch
 
-    from trace_core.engines.base import make_engine
+    from trace_core.engines.base import engine_class
     from trace_core.envs import make_envs
     from trace_core.policy.chat import ChatFormat
     from trace_core.policy.model import load_policy
@@ -127,7 +127,8 @@ def load_policy_for(cfg: TrainConfig, checkpoint: str) -> Policy:
             model, tokenizer = load_policy(checkpoint)
             model.to(torch_device(cfg))
             chat = ChatFormat(tokenizer)
-            engine = make_engine(cfg.run.engine, model=model, chat=chat)
+            engine = engine_class(cfg.run.engine).for_policy(model=model, checkpoint=checkpoint, chat=chat,
+                                                             seed=cfg.run.seed)
             pol = Policy(checkpoint, model, tokenizer, chat, engine, make_envs(cfg.env))
         _CACHE[checkpoint] = pol
         return pol

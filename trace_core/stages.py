@@ -48,7 +48,9 @@ def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int) -> dict:
 
     t0 = time.perf_counter()
     torch.manual_seed(iteration_seed(cfg, iteration, "predictor") % (2**31))
-    predictor = make_predictor(cfg.predictor)
+    prev = ref.predictor(iteration - 1) if iteration > 0 else None
+    # warm start from the previous iteration's fit (incremental refresh, bounded time)
+    predictor = _load_predictor(str(prev)) if prev is not None and prev.is_file() else make_predictor(cfg.predictor)
     report = predictor.fit(history_nodes(ref, iteration))
     path = ref.predictor(iteration)
     tmp = path.with_suffix(".tmp")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -47,8 +48,8 @@ def reverify(nodes: pl.DataFrame, envs: dict, tasks_by_prompt: dict) -> tuple[pl
     return out.select(nodes.columns), mismatched
 
 
-def verify(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, roots: dict, raw: dict,
-           scored: dict, ext: dict) -> dict:
+def verify(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, predictor: dict, roots: dict,
+           raw: dict, scored: dict, ext: dict) -> dict:
     """Stage 6: re-verify rewards, fill subtree rewards, prefix decisions and advantages;
     write the iteration's node, prompt and prediction shards (the rows behind the views)."""
     t0 = time.perf_counter()
@@ -69,6 +70,7 @@ def verify(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, roots
     writer.write("prompts", _prompt_rows(read_shard(roots["prompts"]), nodes), stage="final", iteration=iteration)
     writer.write("predictions", _prediction_rows(nodes), stage="final", iteration=iteration)
     met = trajectory_metrics(nodes)
+    met["predictor_metrics"] = prospective_metrics(nodes, torch.load(predictor["predictor"], weights_only=False))
     met.update(reward_mismatches=mismatched, seconds=time.perf_counter() - t0,
                nodes=str(writer.path("nodes", stage="final", iteration=iteration)))
     return met
@@ -87,6 +89,28 @@ def trajectory_metrics(nodes: pl.DataFrame) -> dict:
             "effective_ratio": eff / n if n else 0.0, "wasted_share": (n - eff) / n if n else 0.0,
             "effective_per_1k_tokens": 1000.0 * eff / tokens if tokens else 0.0,
             "train_reward": float(leaves["reward"].mean() or 0.0) if leaves.height else 0.0}
+
+
+def prospective_metrics(nodes: pl.DataFrame, predictor) -> dict[str, float]:
+    """Brier / AUC / ECE of the predictions made before this iteration's rollouts against the
+    outcomes that came after, for roots and prefixes, beside the constant and history baselines."""
+    from trace_core.predictor.evaluation import evaluate_prospective
+
+    rows = _prediction_rows(nodes)
+    if rows.height == 0:
+        return {}
+    base = predictor.predict_baselines(nodes) if hasattr(predictor, "predict_baselines") else {}
+    order = {n: i for i, n in enumerate(nodes["node_id"].to_list())}
+    idx = np.array([order[n] for n in rows["node_id"]])
+    res = evaluate_prospective(rows["v_pred"].to_numpy(), rows["outcome"].to_numpy(), rows["weight"].to_numpy(),
+                               rows["kind"].to_numpy(), baselines={k: v[idx] for k, v in base.items()})
+    out: dict[str, float] = {}
+    for subset in ("root", "prefix"):
+        for name, sc in res.get(subset, {}).items():
+            if isinstance(sc, dict):
+                out.update({f"{subset}_{name}_{m}": float(sc[m]) for m in ("brier", "auc", "ece")
+                            if sc.get(m) is not None and np.isfinite(sc[m])})
+    return out
 
 
 def _prompt_rows(prompts: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
@@ -119,16 +143,16 @@ def update(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, verif
     skip = get_strategy(cfg.allocation.strategy).drop_zero_variance or cfg.update.skip_zero_advantage
     seqs = build_sequences(nodes, pol.chat, messages, skip_zero_advantage=skip)
     optimizer, scheduler = make_optimizer(pol.model, cfg.update)
-    from pathlib import Path
-
     if (Path(checkpoint) / STATE_FILE).is_file():  # continue the optimizer of the last update
         load_checkpoint(checkpoint, pol.model, optimizer=optimizer, scheduler=scheduler, restore_rng=False)
     torch.manual_seed(iteration_seed(cfg, iteration, "update") % (2**31))
+    pol.engine.sleep()  # a colocated vLLM engine frees the GPU for the trainer; a no-op for hf
     stats = update_policy(pol.model, optimizer, scheduler, seqs, cfg.update, pad_id=pol.tokenizer.pad_token_id,
                           seed=iteration_seed(cfg, iteration, "update"))
     out = ref.checkpoint(iteration)
     save_checkpoint(out, pol.model, optimizer=optimizer, scheduler=scheduler, tokenizer=pol.tokenizer,
                     cursor={"iteration": iteration + 1})
+    pol.engine.wake()  # the next stage loads the new weights into it (runtime.load_policy_for)
     return {"checkpoint": str(out), **{k: float(v) for k, v in stats.items()}, "seconds": time.perf_counter() - t0}
 
 

@@ -46,7 +46,9 @@ def test_evaluate_prospective_layout_and_baselines():
     kind = np.where(np.arange(n) < 50, "root", "prefix")
     truth = rng.random(n)
     y = (rng.random(n) < truth).astype(float)
-    res = evaluate_prospective(truth, y, None, kind, baselines={"constant": np.full(n, 0.5), "history": truth * 0.5})
+    res = evaluate_prospective(
+        truth, y, None, kind, baselines={"constant": np.full(n, 0.5), "history": truth * 0.5}
+    )
     assert res["constant_source"] == "baseline"
     for subset in ("root", "prefix", "all"):
         assert set(res[subset]) >= {"n", "weight", "model", "constant", "history"}

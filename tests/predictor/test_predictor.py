@@ -63,7 +63,9 @@ def _root_rows(pid: str, outcomes: list[tuple[int, float, int]]) -> pl.DataFrame
 
 
 def test_history_dominates_after_many_observations():
-    hist = PromptHistory.from_nodes(_root_rows("a", [(0, 1.0, 8), (1, 1.0, 8)]), discount=1.0, prior_strength=4.0)
+    hist = PromptHistory.from_nodes(
+        _root_rows("a", [(0, 1.0, 8), (1, 1.0, 8)]), discount=1.0, prior_strength=4.0
+    )
     post = hist.posterior(np.array([0.2, 0.2]), ["a", "unseen"], np.array([2, 2]))
     # 16 successes vs a prior of 4 pseudo-counts at 0.2: (0.8 + 16) / 20
     assert post[0] == pytest.approx((4 * 0.2 + 16) / 20) and post[0] > 0.8

@@ -152,3 +152,14 @@ def test_sql_command_formats(home, tmp_path, fmt):
 def test_queries_on_an_empty_store(tmp_path):
     for name in sqlq.list_queries():
         assert sqlq.run_named_query(tmp_path, name).height == 0, name
+
+
+def test_group_view_agrees_with_trajectory_view(home):
+    per_traj = query(home, "SELECT run_id, iteration, anchor_depth, count(*) AS n, "
+                           "count(*) FILTER (WHERE wasted) AS w, sum(tokens) AS t "
+                           "FROM trajectories GROUP BY ALL ORDER BY ALL")
+    per_group = query(home, "SELECT run_id, iteration, anchor_depth, sum(trajectories) AS n, "
+                            "sum(trajectories) FILTER (WHERE NOT contrastive) AS w, sum(tokens) AS t "
+                            "FROM trajectory_groups GROUP BY ALL ORDER BY ALL")
+    assert per_traj.cast({c: pl.Int64 for c in ("n", "w", "t")}).fill_null(0).rows() == \
+        per_group.cast({c: pl.Int64 for c in ("n", "w", "t")}).fill_null(0).rows()

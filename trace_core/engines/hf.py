@@ -52,6 +52,11 @@ class HFEngine:
 
     name = "hf"
 
+    @classmethod
+    def for_policy(cls, *, model: Any, checkpoint: str | Path, chat: Any, seed: int = 0) -> HFEngine:
+        """The engine of a training run: it samples from the trainer's own model (colocated)."""
+        return cls(model, chat)
+
     def __init__(self, model: Any, chat: Any, *, max_batch_rows: int = 256, share_prefix: bool = True,
                  autocast_dtype: torch.dtype | None = None) -> None:
         self.model = model
@@ -161,9 +166,10 @@ class HFEngine:
                 tok, mask, pos = tok[sel], mask[sel], pos[sel]
                 live = [live[k] for k in keep]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            padded = not bool(mask[:, 0].all())  # no left padding: skip building a 4-D mask each step
             with self._autocast():
-                out = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos[:, None],
-                                 cache=cache, use_cache=True)
+                out = self.model(input_ids=tok[:, None], attention_mask=mask if padded else None,
+                                 position_ids=pos[:, None], cache=cache, use_cache=True)
             logits = out.logits[:, -1].float()
             pos = pos + 1
         self.model.train(was_training)

@@ -48,6 +48,12 @@ class VLLMEngine:
 
     name = "vllm"
 
+    @classmethod
+    def for_policy(cls, *, model: Any, checkpoint: str | Path, chat: Any, seed: int = 0) -> VLLMEngine:
+        """The engine of a training run: vLLM loads the checkpoint itself (the trainer's ``model``
+        stays with the trainer; its weights are pushed in by ``load_weights`` after updates)."""
+        return cls(checkpoint, chat, seed=seed)
+
     def __init__(self, model_path: str | Path, chat: Any, *, gpu_memory_utilization: float = 0.3,
                  max_model_len: int = 4096, enable_sleep_mode: bool = True, seed: int = 0,
                  llm_kwargs: dict[str, Any] | None = None) -> None:

@@ -8,10 +8,14 @@ rewards, per (family, difficulty) cell, and the share of samples in mixed-outcom
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from trace_core.envs.base import Task
 from trace_core.policy.chat import ChatFormat
@@ -107,3 +111,39 @@ def format_table(table: dict[str, Any]) -> str:
     lines.append(f"\noverall success {table['overall']:.1%}; samples in mixed groups at n={table['n']}: "
                  f"{table['mixed_share']:.1%} (cells: success (mixed share))")
     return "\n".join(lines)
+
+
+def record_success(
+    ckpt_dir: str | Path, *, families: Sequence[str] = ("math", "qa", "fc"), difficulties: Sequence[int] = (0, 1, 2, 3),
+    n_per_cell: int = 24, n: int = 8, seed: int = 0, max_new_tokens: int = 96, env_kwargs: dict | None = None,
+) -> dict[str, Any]:
+    """Measure the checkpoint's held-out success table and write it beside the weights.
+
+    Adds ``success`` (the table plus how it was measured) to ``recipe.json`` and writes
+    ``SUCCESS.md``. Returns the table.
+    """
+    from trace_core.policy.model import load_policy
+
+    ckpt = Path(ckpt_dir)
+    model, tokenizer = load_policy(ckpt)
+    model.eval()
+    tasks = heldout_tasks(families, difficulties, n_per_cell, seed)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        rewards = sample_rewards(model, tokenizer, tasks, n, seed=seed, max_new_tokens=max_new_tokens,
+                                 env_kwargs=env_kwargs)
+    table = success_table(tasks, rewards)
+    table["measured"] = {"n_per_cell": n_per_cell, "n": n, "seed": seed, "temperature": 1.0, "top_k": 0,
+                         "max_new_tokens": max_new_tokens, "heldout_seed": HELDOUT_SEED,
+                         "eval_s": round(time.perf_counter() - t0, 1)}
+    recipe_path = ckpt / "recipe.json"
+    recipe = json.loads(recipe_path.read_text()) if recipe_path.is_file() else {}
+    recipe["success"] = table
+    recipe_path.write_text(json.dumps(recipe, indent=2, sort_keys=True))
+    head = (f"# tiny-warm: held-out success after SFT warm start\n\n"
+            f"Steps {recipe.get('steps_done')}, final loss {recipe.get('final_loss')}, "
+            f"{recipe.get('tokens_per_s')} tokens/s, {recipe.get('n_params')} parameters, "
+            f"config hash {recipe.get('config_hash')}.\n"
+            f"{n_per_cell} held-out tasks per cell x {n} samples (temperature 1, top_k 0).\n\n")
+    (ckpt / "SUCCESS.md").write_text(head + format_table(table) + "\n")
+    return table

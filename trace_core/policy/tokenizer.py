@@ -1,11 +1,13 @@
 """A small BPE tokenizer trained locally on the generators' text (no hub access).
 
-Pre-tokenization splits every whitespace character, every punctuation character and every
-digit into its own piece before BPE runs, so merges happen only *inside* words. Why: a BPE
-that glues a leading space or quote to a name gives one entity several ids (``Paris`` in the
-question, ``"Paris`` in a JSON tool argument, `` Paris`` in an observation), and the tiny
-model then has to learn three names for one thing. Here a word has one id sequence wherever
-it appears, and a number is always its digits. Bytes are mapped ByteLevel-style, so any
+Pre-tokenization cuts text into words (letters only), single digits, and runs of everything
+else (spaces, quotes, braces, operators) before BPE runs, so a merge never crosses a word
+boundary. Why: a BPE that glues a leading space or quote to a name gives one entity several
+ids (``Paris`` in the question, ``"Paris`` in a JSON tool argument, `` Paris`` in an
+observation), and the tiny model then has to learn three names for one thing. Here a word
+has one id sequence wherever it appears and a number is always its digits, while the JSON
+skeleton (``": "``, ``"}}``) still compresses to few tokens: episodes are ~1/3 shorter than
+with every space and punctuation mark alone, which matters at CPU training speed. Bytes are mapped ByteLevel-style, so any
 input text encodes (no ``<unk>``).
 
 The chat, tool-call and answer markers of :mod:`trace_core.policy.chat` are single special
@@ -35,9 +37,8 @@ class TokenizerConfig(BaseModel):
 
 def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:
     return pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(r"\s"), behavior="isolated"),  # each whitespace char alone
-        pre_tokenizers.Punctuation(behavior="isolated"),  # quotes, braces, operators alone
-        pre_tokenizers.Digits(individual_digits=True),  # numbers digit by digit
+        # a word | one digit | a run of anything else (spaces, quotes, braces, operators)
+        pre_tokenizers.Split(Regex(r"\p{L}+|\p{N}|[^\p{L}\p{N}]+"), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),  # bytes -> symbols
     ])
 

@@ -58,7 +58,13 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 def fit_platt(
-    p: np.ndarray, y: np.ndarray, w: np.ndarray, t: np.ndarray | None = None, *, iters: int = 50, l2: float = 1e-2
+    p: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    t: np.ndarray | None = None,
+    *,
+    iters: int = 50,
+    l2: float = 1e-2,
 ) -> PlattMap:
     """``q = sigmoid(a * logit(p) + b + c * (t - t_ref))``, by weighted Newton on the log-loss (small ridge).
 

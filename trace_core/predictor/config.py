@@ -32,7 +32,12 @@ class ModelConfig(BaseModel):
     )
     batch_size: int = Field(1024, ge=16, le=65536, description="Minibatch size (nodes).")
     lr: float = Field(0.01, gt=0.0, le=1.0, description="Adam learning rate.")
-    weight_decay: float = Field(1e-5, ge=0.0, le=1.0, description="Decoupled weight decay of the dense layers (the sparse text table has none).")
+    weight_decay: float = Field(
+        1e-5,
+        ge=0.0,
+        le=1.0,
+        description="Decoupled weight decay of the dense layers (the sparse text table has none).",
+    )
     max_train_nodes: int = Field(
         20_000,
         ge=100,
@@ -40,7 +45,10 @@ class ModelConfig(BaseModel):
         description="Cap on labelled nodes per fit; the most recent iterations are kept first (bounded time).",
     )
     max_label_weight: float = Field(
-        8.0, ge=1.0, le=1e6, description="A node's subtree_count weight is clipped to this (one tree, one vote)."
+        8.0,
+        ge=1.0,
+        le=1e6,
+        description="A node's subtree_count weight is clipped to this (one tree, one vote).",
     )
     recency_discount: float = Field(
         0.8, gt=0.0, le=1.0, description="Training weight factor per iteration of age (the policy moves)."
@@ -66,14 +74,19 @@ class CalibrationConfig(BaseModel):
         "it one iteration ahead (the policy improves between fit and use).",
     )
     min_holdout_nodes: int = Field(
-        30, ge=2, le=100_000, description="Fewer held-out nodes of a kind than this: that kind stays uncalibrated."
+        30,
+        ge=2,
+        le=100_000,
+        description="Fewer held-out nodes of a kind than this: that kind stays uncalibrated.",
     )
 
 
 class HistoryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = Field(True, description="Combine the model with each prompt's own record (Beta posterior).")
+    enabled: bool = Field(
+        True, description="Combine the model with each prompt's own record (Beta posterior)."
+    )
     prior_strength: float = Field(
         4.0,
         ge=0.0,

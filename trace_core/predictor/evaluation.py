@@ -155,5 +155,7 @@ def metrics_frame(result: dict, **tags) -> pl.DataFrame:
             if not isinstance(sc, dict):
                 continue
             for metric in ("brier", "auc", "ece", "mean_pred", "mean_outcome"):
-                rows.append({**tags, "subset": subset, "predictor": name, "metric": metric, "value": sc[metric]})
+                rows.append(
+                    {**tags, "subset": subset, "predictor": name, "metric": metric, "value": sc[metric]}
+                )
     return pl.DataFrame(rows)

@@ -142,6 +142,18 @@ def _paths(nodes: pl.DataFrame) -> tuple[list[str | None], list[list[int]]]:
     return questions, paths
 
 
+def node_texts(nodes: pl.DataFrame, max_chars: int = 4000) -> list[str]:
+    """One text per row: the question, then every turn on the path (action, observation), last
+    ``max_chars`` characters kept (the latest turns matter most)."""
+    questions, paths = _paths(nodes)
+    acts, obs, ptext = _col(nodes, "action_text"), _col(nodes, "observation_text"), _col(nodes, "path_text")
+    out = []
+    for i, q in enumerate(questions):
+        turns = [ptext[i]] if ptext[i] else [f"{acts[k] or ''}\n{obs[k] or ''}" for k in paths[i]]
+        out.append("\n".join([q or "", *turns])[-max_chars:])
+    return out
+
+
 def _block(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     return ids, np.full(len(ids), 1.0 / np.sqrt(max(len(ids), 1)), dtype=np.float32)

@@ -106,9 +106,11 @@ class HashedPredictor:
     def fit(self, nodes: pl.DataFrame) -> FitReport:
         t0 = time.perf_counter()
         check_no_nan(nodes)
-        mcfg, ccfg = self.config.model, self.config.calibration
+        mcfg = self.config.model
         lab = labelled(nodes)
-        self.history = PromptHistory.from_nodes(lab, self.config.history.discount, self.config.history.prior_strength)
+        self.history = PromptHistory.from_nodes(
+            lab, self.config.history.discount, self.config.history.prior_strength
+        )
         roots = is_root(lab)
         y_all, w_all = node_labels(lab)
         prior = self.config.first_iteration_prior
@@ -197,7 +199,13 @@ class HashedPredictor:
         post = self.history.posterior(p_model, pids, its)
         out = np.where(roots, post, p_model)
         if self.config.history.shift_prefixes and (~roots).any() and roots.any():
-            gap = dict(zip(np.asarray(pids, dtype=object)[roots], logit(post[roots]) - logit(p_model[roots]), strict=True))
+            gap = dict(
+                zip(
+                    np.asarray(pids, dtype=object)[roots],
+                    logit(post[roots]) - logit(p_model[roots]),
+                    strict=True,
+                )
+            )
             shift = np.array([gap.get(pid, 0.0) for pid in pids])
             out = np.where(roots, out, sigmoid(logit(p_model) + shift))
         return np.clip(out, 0.0, 1.0)

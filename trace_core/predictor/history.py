@@ -56,7 +56,9 @@ class PromptHistory:
     def n_prompts(self) -> int:
         return self.records["prompt_id"].n_unique() if self.records.height else 0
 
-    def counts(self, prompt_ids: list[str | None], iterations: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def counts(
+        self, prompt_ids: list[str | None], iterations: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Discounted ``(successes, trials)``, both ``(n,)``, from outcomes strictly before each query's
         iteration (``iterations`` ``(n,)``; None / negative = after everything recorded)."""
         n = len(prompt_ids)
@@ -69,10 +71,15 @@ class PromptHistory:
             q.join(self.records, on="prompt_id", how="inner")
             .filter(pl.col("h_iter") < pl.col("q_iter"))
             .with_columns(
-                (pl.lit(self.discount) ** (pl.col("q_iter") - 1 - pl.col("h_iter")).cast(pl.Float64)).alias("g")
+                (pl.lit(self.discount) ** (pl.col("q_iter") - 1 - pl.col("h_iter")).cast(pl.Float64)).alias(
+                    "g"
+                )
             )
             .group_by("row")
-            .agg((pl.col("g") * pl.col("succ")).sum().alias("s"), (pl.col("g") * pl.col("count")).sum().alias("n"))
+            .agg(
+                (pl.col("g") * pl.col("succ")).sum().alias("s"),
+                (pl.col("g") * pl.col("count")).sum().alias("n"),
+            )
         )
         s, m = np.zeros(n), np.zeros(n)
         rows = j["row"].to_numpy()
@@ -80,7 +87,9 @@ class PromptHistory:
         m[rows] = j["n"].to_numpy()
         return s, m
 
-    def posterior(self, prior: np.ndarray, prompt_ids: list[str | None], iterations: np.ndarray | None) -> np.ndarray:
+    def posterior(
+        self, prior: np.ndarray, prompt_ids: list[str | None], iterations: np.ndarray | None
+    ) -> np.ndarray:
         """Posterior mean ``(n,)`` given the model prior ``(n,)`` in [0, 1]."""
         s, m = self.counts(prompt_ids, iterations)
         denom = self.kappa + m

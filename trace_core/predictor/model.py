@@ -101,7 +101,9 @@ def train_head(
             logits = head(*_tensors(fb.take(rows)))
             bw = wt[rows]
             wsum_per_batch = bw.sum().clamp_min(1e-9)
-            loss = (nn.functional.binary_cross_entropy_with_logits(logits, yt[rows], reduction="none") * bw).sum()
+            loss = (
+                nn.functional.binary_cross_entropy_with_logits(logits, yt[rows], reduction="none") * bw
+            ).sum()
             for opt in opts:
                 opt.zero_grad()
             (loss / wsum_per_batch).backward()

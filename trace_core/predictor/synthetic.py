@@ -75,8 +75,14 @@ def _walk(rng, start: dict, n_turns: int, ctx: dict, step_sd: float) -> list[dic
             action, obs = f"The answer is <answer>{int(rng.integers(0, 999))}</answer>", None
         else:
             reward, tool = None, ctx["tool"]
-            action = f'<tool_call>{{"name": "{tool}", "arguments": {{"q": "{rng.choice(_WORDS)}"}}}}</tool_call>'
-            obs = "Error: invalid arguments" if err else f"result: {rng.choice(_WORDS)} {int(rng.integers(0, 99))}"
+            action = (
+                f'<tool_call>{{"name": "{tool}", "arguments": {{"q": "{rng.choice(_WORDS)}"}}}}</tool_call>'
+            )
+            obs = (
+                "Error: invalid arguments"
+                if err
+                else f"result: {rng.choice(_WORDS)} {int(rng.integers(0, 99))}"
+            )
         rows.append({
             "node_id": nid, "parent_id": parent, "trajectory_id": traj, "depth": depth,
             "action_text": action, "observation_text": obs, "is_leaf": last, "reward": reward,
@@ -97,7 +103,11 @@ def synthetic_iteration(pool: list[dict], iteration: int, *, seed: int, prompts_
     rows: list[dict] = []
     for pi in chosen:
         pr = pool[pi]
-        ctx = {"run": run_id, "it": iteration, "tool": {"math": "calculator", "qa": "search", "fc": "book"}[pr["task"]]}
+        ctx = {
+            "run": run_id,
+            "it": iteration,
+            "tool": {"math": "calculator", "qa": "search", "fc": "book"}[pr["task"]],
+        }
         root_id = node_id(run_id, iteration, pr["prompt_id"])
         base = pr["skill"] + improve * iteration
         n_turns = 2 + pr["difficulty"] // 2

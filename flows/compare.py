@@ -1,0 +1,71 @@
+"""Strategies side by side at equal budget: every strategy trains from the same warm-start
+checkpoint, on the same prompt stream (same seeds), with the same trajectories per iteration.
+Child runs are nested under one MLflow parent; all rows land in one store with a ``strategy``
+column, so the named SQL queries compare them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import polars as pl
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+
+from flows.train import train_flow
+from trace_core.compare import comparison_markdown, comparison_table
+from trace_core.config import TrainConfig
+from trace_core.shards import table_dir
+from tracking.mlflow_tracker import Tracker, TrackingConfig
+from tracking.plots_compare import plot_accuracy_vs_tokens, plot_effective_by_iteration
+
+
+def child_run_id(compare_id: str, strategy: str, seed: int) -> str:
+    return f"{compare_id}-{strategy}-s{seed}"
+
+
+def read_iterations(home: str, run_ids: list[str]) -> pl.DataFrame:
+    files = sorted(table_dir(home, "iterations").glob("run=*/iter=*/final.parquet"))
+    frame = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed")
+    return frame.filter(pl.col("run_id").is_in(run_ids))
+
+
+@flow(name="trace-compare", log_prints=True)
+def compare_flow(config: dict, strategies: list[str], seeds: int = 1, home: str = ".trace-home",
+                 run_id: str | None = None, tracking_uri: str | None = None) -> dict:
+    """Train each of ``strategies`` for each of ``seeds`` seeds; report the table and plots."""
+    base = TrainConfig.model_validate(config)
+    cid = run_id or f"cmp-{time.strftime('%Y%m%d-%H%M%S')}"
+    log = get_run_logger()
+    tcfg = TrackingConfig(enabled=base.tracking.enabled, tracking_uri=tracking_uri, experiment=base.tracking.experiment)
+    parent = Tracker(home, cid, config=tcfg, tags={"trace_rl.kind": "compare"})
+    parent.log_params({"strategies": ",".join(strategies), "seeds": seeds, **base.model_dump(mode="json")})
+    children = []
+    for seed in range(seeds):
+        for strat in strategies:
+            cfg = base.model_copy(deep=True)
+            cfg.allocation.strategy = strat
+            cfg.run.seed = base.run.seed + seed
+            child = child_run_id(cid, strat, seed)
+            log.info("compare %s: %s seed %d -> run %s", cid, strat, seed, child)
+            train_flow(TrainConfig.model_validate(cfg.model_dump()).model_dump(mode="json"), run_id=child,
+                       home=home, tracking_uri=tracking_uri, parent_tracking_run=cid)
+            children.append(child)
+    iterations = read_iterations(home, children)
+    table = comparison_table(iterations, order=strategies)
+    out = Path(home) / "runs" / cid / "artifacts"
+    out.mkdir(parents=True, exist_ok=True)
+    plots = [plot_effective_by_iteration(iterations, out / "effective_ratio_by_iteration.png"),
+             plot_accuracy_vs_tokens(iterations, out / "accuracy_vs_tokens.png")]
+    md = "\n".join([f"# Strategy comparison {cid}", "",
+                    f"{len(strategies)} strategies x {seeds} seed(s), {base.run.iterations} iterations, "
+                    f"{base.allocation.budget_total} trajectories per iteration each; mean ± 95% CI over seeds.",
+                    "", comparison_markdown(table), ""] + [f"![{p.stem}]({p.name})" for p in plots])
+    (out / "compare.md").write_text(md)
+    table.write_csv(out / "compare.csv")
+    for p in [*plots, out / "compare.csv"]:
+        parent.log_artifact(p)
+    parent.log_text(md, "compare.md")
+    parent.finish()
+    create_markdown_artifact(key=f"compare-{cid}".lower().replace("_", "-")[:100], markdown=md)
+    return {"compare_id": cid, "runs": children, "report": md, "table": table.to_dicts()}
