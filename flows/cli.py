@@ -57,17 +57,21 @@ def warmup(
     config: Path = ConfigOpt,
     set_: list[str] = SetOpt,
     out: Path = typer.Option(None, "--out", help="Checkpoint directory (default: the shipped tiny-warm)."),
+    evaluate: bool = typer.Option(True, help="Measure and record the success table after SFT."),
 ) -> None:
-    """Build the tiny tokenizer + Qwen3 and warm it up by SFT on synthetic demonstrations."""
-    from trace_core.config import load_train_config
+    """Build the tiny tokenizer + Qwen3 and warm it up by SFT on synthetic demonstrations
+    (the `model` and `warmup` sections of the config); record recipe and success table beside it."""
+    import json
+
     from trace_core.config_io import ConfigError
-    from trace_core.policy.warmup import warmup_command
+    from trace_core.policy.model import TINY_WARM_DIR
+    from trace_core.policy.warmup import warm_start
 
     try:
-        cfg = load_train_config(config or DEFAULT_CONFIG, set_ or [])
+        recipe = warm_start(config or DEFAULT_CONFIG, out or TINY_WARM_DIR, overrides=set_ or [], evaluate=evaluate)
     except ConfigError as err:
         _fail(err)
-    warmup_command(cfg, out)
+    typer.echo(json.dumps({k: recipe.get(k) for k in ("steps_done", "final_loss", "tokens_per_s", "train_s")}))
 
 
 @app.command()

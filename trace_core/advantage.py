@@ -26,6 +26,7 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+from trace_core.registry import Registry
 from trace_core.rollout_nodes import finalize_tree
 from trace_core.tree import NODE_SCHEMA
 
@@ -42,25 +43,16 @@ class AdvantageConfig(BaseModel):
 
 
 Estimator = Callable[[pl.DataFrame, AdvantageConfig], np.ndarray]
-_ESTIMATORS: dict[str, Estimator] = {}
+_ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
 
 
 def register_adv_est(name: str) -> Callable[[Estimator], Estimator]:
     """Decorator registering an estimator ``fn(nodes, cfg) -> float array, one per row (NaN = none)``."""
-
-    def deco(fn: Estimator) -> Estimator:
-        if name in _ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        _ESTIMATORS[name] = fn
-        return fn
-
-    return deco
+    return _ESTIMATORS.register(name)
 
 
 def get_adv_est(name: str) -> Estimator:
-    if name not in _ESTIMATORS:
-        raise KeyError(f"unknown advantage estimator {name!r}; known: {', '.join(sorted(_ESTIMATORS))}")
-    return _ESTIMATORS[name]
+    return _ESTIMATORS.get_item(name)
 
 
 def compute_advantages(nodes: pl.DataFrame, cfg: AdvantageConfig | None = None) -> pl.DataFrame:

@@ -39,33 +39,29 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trace_core.allocation import allocate_prefixes, allocate_roots
+from trace_core.registry import Registry
 
-_REGISTRY: dict[str, type[Strategy]] = {}
+_REGISTRY: Registry[type[Strategy]] = Registry("strategy")
 
 
 def register_strategy(name: str) -> Callable[[type[Strategy]], type[Strategy]]:
     """Class decorator: register a strategy under ``name`` (a duplicate name is rejected)."""
 
     def deco(cls: type[Strategy]) -> type[Strategy]:
-        if name in _REGISTRY:
-            raise ValueError(f"strategy {name!r} is already registered ({_REGISTRY[name].__name__})")
+        _REGISTRY.add(name, cls)
         cls.name = name
-        _REGISTRY[name] = cls
         return cls
 
     return deco
 
 
 def strategy_names() -> list[str]:
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_strategy(name: str) -> Strategy:
     """The registered strategy ``name``; an unknown name raises ``KeyError`` listing the known ones."""
-    try:
-        return _REGISTRY[name]()
-    except KeyError:
-        raise KeyError(f"unknown strategy {name!r}; known: {', '.join(strategy_names())}") from None
+    return _REGISTRY.get_item(name)()
 
 
 class AllocationConfig(BaseModel):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trace_core.policy.chat import ChatFormat
-from trace_core.policy.model import ModelConfig, build_model, load_policy, n_params
+from trace_core.policy.model import TINY_WARM_DIR, ModelConfig, build_model, load_policy, n_params
 from trace_core.policy.tokenizer import TokenizerConfig, save_tokenizer, train_tokenizer
 
 
@@ -38,3 +38,14 @@ def test_bad_configs():
         build_model(ModelConfig(num_heads=3, num_kv_heads=2))
     with pytest.raises(FileNotFoundError, match="config.json"):
         load_policy("/nonexistent/dir")
+
+
+@pytest.mark.skipif(not (TINY_WARM_DIR / "model.safetensors").is_file(),
+                    reason="shipped checkpoint trace_core/assets/tiny-warm/ not built yet")
+def test_shipped_checkpoint_loads_and_is_small():
+    model, tok = load_policy()  # default: the shipped tiny-warm checkpoint
+    assert type(model).__name__ == "Qwen3ForCausalLM" and next(model.parameters()).dtype == torch.float32
+    assert len(tok) <= model.config.vocab_size
+    chat = ChatFormat(tok)
+    assert chat.stop_strings == () and len(chat.stop_token_ids) == 4
+    assert (TINY_WARM_DIR / "model.safetensors").stat().st_size < 16e6

@@ -14,12 +14,13 @@ Engines are found by import path, so ``vllm`` is imported only when it is chosen
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from trace_core.registry import Registry
 
 
 class SamplingConfig(BaseModel):
@@ -77,31 +78,24 @@ class Engine(Protocol):
         """Undo ``sleep`` before the next generation."""
 
 
-_ENGINES: dict[str, str] = {
+_ENGINES: Registry[type] = Registry("engine", lazy={
     "hf": "trace_core.engines.hf:HFEngine",
     "vllm": "trace_core.engines.vllm:VLLMEngine",
-}
+})
 
 
 def register_engine(name: str, import_path: str) -> None:
     """Register ``"package.module:ClassName"`` under ``name``; a duplicate name is rejected."""
-    if name in _ENGINES:
-        raise ValueError(f"engine {name!r} is already registered ({_ENGINES[name]})")
-    if ":" not in import_path:
-        raise ValueError(f"import path {import_path!r} must look like 'package.module:ClassName'")
-    _ENGINES[name] = import_path
+    _ENGINES.add_lazy(name, import_path)
 
 
 def engine_names() -> list[str]:
-    return sorted(_ENGINES)
+    return _ENGINES.names()
 
 
 def engine_class(name: str) -> type:
     """The engine class for ``name``, imported only now (so vLLM loads only when chosen)."""
-    if name not in _ENGINES:
-        raise KeyError(f"unknown engine {name!r}; known engines: {', '.join(engine_names())}")
-    module, attr = _ENGINES[name].split(":")
-    return getattr(importlib.import_module(module), attr)
+    return _ENGINES.get_item(name)
 
 
 def make_engine(name: str, **kwargs: Any) -> Engine:

@@ -15,21 +15,15 @@ from trace_core.envs.config import EnvConfig
 from trace_core.envs.fc_env import FCEnv
 from trace_core.envs.math_env import MathEnv
 from trace_core.envs.qa_env import QAEnv
+from trace_core.registry import Registry
 
 EnvFactory = Callable[..., Env]
-ENVS: dict[str, EnvFactory] = {}
+ENVS: Registry[EnvFactory] = Registry("env")
 
 
 def register_env(name: str) -> Callable[[EnvFactory], EnvFactory]:
     """Decorator / function registering ``factory(cfg: EnvConfig, **extras) -> Env``."""
-
-    def deco(factory: EnvFactory) -> EnvFactory:
-        if name in ENVS:
-            raise ValueError(f"env {name!r} already registered")
-        ENVS[name] = factory
-        return factory
-
-    return deco
+    return ENVS.register(name)
 
 
 register_env("math")(MathEnv)
@@ -41,12 +35,11 @@ _EXTRAS = {"corpus"}
 
 def make_env(family: str, config: EnvConfig | None = None, **cfg: Any) -> Env:
     """``make_env("math", max_turns=6)`` or ``make_env("qa", config=env_cfg, corpus=paras)``."""
-    if family not in ENVS:
-        raise KeyError(f"unknown env {family!r}; known: {sorted(ENVS)}")
+    factory = ENVS.get_item(family)
     extras = {k: cfg.pop(k) for k in list(cfg) if k in _EXTRAS}
     base = config.model_dump() if config is not None else {}
     env_cfg = EnvConfig(**{**base, **cfg})
-    return ENVS[family](env_cfg, **extras)
+    return factory(env_cfg, **extras)
 
 
 def make_envs(config: EnvConfig) -> dict[str, Env]:

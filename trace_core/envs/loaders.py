@@ -37,26 +37,19 @@ from trace_core.envs.answers import extract_boxed, gsm8k_final
 from trace_core.envs.base import Task
 from trace_core.envs.calculator import calculate
 from trace_core.envs.fc_check import to_json_schema
+from trace_core.registry import Registry
 
 Loader = Callable[..., list[Task]]
-LOADERS: dict[str, Loader] = {}
+LOADERS: Registry[Loader] = Registry("loader")
 
 
 def register_loader(name: str) -> Callable[[Loader], Loader]:
-    def deco(fn: Loader) -> Loader:
-        if name in LOADERS:
-            raise ValueError(f"loader {name!r} already registered")
-        LOADERS[name] = fn
-        return fn
-
-    return deco
+    return LOADERS.register(name)
 
 
 def load_tasks(fmt: str, path: str | Path, **kw: Any) -> list[Task]:
     """``load_tasks("gsm8k", "data/gsm8k/test.jsonl", limit=500)``."""
-    if fmt not in LOADERS:
-        raise KeyError(f"unknown loader {fmt!r}; known: {sorted(LOADERS)}")
-    return LOADERS[fmt](path, **kw)
+    return LOADERS.get_item(fmt)(path, **kw)
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:

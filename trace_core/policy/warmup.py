@@ -125,6 +125,29 @@ def bucketed_batches(
             yield cut[int(i)]
 
 
+def make_optimizer(model: torch.nn.Module, cfg: WarmupConfig) -> torch.optim.Optimizer:
+    """AdamW; no weight decay on norms (1-D parameters)."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def sft_step(model, opt: torch.optim.Optimizer, batch: dict[str, torch.Tensor], lr: float, grad_clip: float,
+             autocast: bool) -> float:
+    """One optimizer step on a collated batch; returns the mean loss over its assistant tokens."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    device_type = batch["input_ids"].device.type
+    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
+        loss = model(**batch).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    return float(loss.item())
+
+
 def build_tokenizer(cfg: WarmupConfig, env_kwargs: dict | None = None):
     """Train the tiny tokenizer on ``cfg.tokenizer_demos`` demos (their own seed stream)."""
     from transformers import PreTrainedTokenizerFast
@@ -141,10 +164,7 @@ def save_checkpoint(model, tokenizer, out_dir: Path, recipe: dict[str, Any]) -> 
     half = copy.deepcopy(model).to("cpu", torch.bfloat16)
     half.save_pretrained(str(out_dir), safe_serialization=True)
     save_tokenizer(tokenizer, out_dir)
-    old = out_dir / "recipe.json"
-    if old.is_file():  # keep fields written by a later stage (the success table)
-        prev = json.loads(old.read_text())
-        recipe = {**{k: v for k, v in prev.items() if k in ("success",)}, **recipe}
+    # a fresh recipe: a success table measured on older weights must not survive a rebuild
     (out_dir / "recipe.json").write_text(json.dumps(recipe, indent=2, sort_keys=True))
 
 
@@ -167,24 +187,21 @@ def run_warmup(
     t_start = time.perf_counter()
     tokenizer = build_tokenizer(cfg, env_kwargs)
     chat = ChatFormat(tokenizer)
-    model_cfg = model_cfg.model_copy(update={"vocab_size": len(tokenizer)}) if model_cfg.vocab_size < len(
-        tokenizer) else model_cfg
+    if model_cfg.vocab_size < len(tokenizer):
+        model_cfg = model_cfg.model_copy(update={"vocab_size": len(tokenizer)})
     model = build_model(model_cfg, seed=cfg.seed, pad_token_id=tokenizer.pad_token_id,
                         eos_token_id=tokenizer.eos_token_id)
     model.to(cfg.device).train()
     autocast = cfg.bf16_autocast == "on" or (cfg.bf16_autocast == "auto" and native_bf16(cfg.device))
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    opt = make_optimizer(model, cfg)
     demos = demo_stream(cfg.families, cfg.difficulties, seed=cfg.seed, env_kwargs=env_kwargs)
     episodes = (chat.episode_ids(d.messages, d.actions, d.observations) for d in demos)
     batches = bucketed_batches(episodes, cfg.batch_size, cfg.bucket_batches, cfg.seed)
     recipe_base = {
         "warmup": cfg.model_dump(mode="json"), "model": model_cfg.model_dump(mode="json"),
         "env_kwargs": env_kwargs or {}, "config_hash": config_hash(cfg), "model_hash": config_hash(model_cfg),
-        "n_params": n_params(model), "bf16_autocast_used": autocast, "torch": torch.__version__, "python": platform.python_version(),
-        "command": " ".join(sys.argv),
+        "n_params": n_params(model), "bf16_autocast_used": autocast, "torch": torch.__version__,
+        "python": platform.python_version(), "command": " ".join(sys.argv),
     }
     losses: list[tuple[int, float]] = []
     tokens = padded = 0
@@ -193,17 +210,9 @@ def run_warmup(
     window: list[float] = []  # losses since the last log line
     for step in range(cfg.steps):
         batch = {k: v.to(cfg.device) for k, v in collate(next(batches), chat.pad_token_id).items()}
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
-        with torch.autocast(cfg.device.split(":")[0], dtype=torch.bfloat16, enabled=autocast):
-            loss = model(**batch).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
+        window.append(sft_step(model, opt, batch, lr_at(step, cfg), cfg.grad_clip, autocast))
         tokens += int(batch["attention_mask"].sum())
         padded += batch["input_ids"].numel()
-        window.append(loss.item())
         if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
             mean = sum(window) / len(window)
             losses.append((step + 1, round(mean, 4)))

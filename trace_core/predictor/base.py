@@ -26,7 +26,6 @@ known ones. ``hf_encoder`` is registered by import path so transformers loads on
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Protocol, runtime_checkable
@@ -35,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from trace_core.predictor.config import PredictorConfig
+from trace_core.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -91,23 +91,17 @@ def node_labels(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 PredictorFactory = Callable[[PredictorConfig], Predictor]
-_REGISTRY: dict[str, PredictorFactory] = {}
-# name -> "module:attribute"; imported on first use (keeps transformers out of CPU runs)
-_LAZY: dict[str, str] = {"hf_encoder": "trace_core.predictor.hf_encoder:HFEncoderPredictor"}
+# ``hf_encoder`` is imported on first use (keeps transformers out of CPU runs)
+_REGISTRY: Registry[PredictorFactory] = Registry(
+    "predictor", lazy={"hf_encoder": "trace_core.predictor.hf_encoder:HFEncoderPredictor"})
 
 
 def register_predictor(name: str) -> Callable[[PredictorFactory], PredictorFactory]:
-    def deco(factory: PredictorFactory) -> PredictorFactory:
-        if name in _REGISTRY:
-            raise ValueError(f"predictor {name!r} is already registered")
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
+    return _REGISTRY.register(name)
 
 
 def known_predictors() -> list[str]:
-    return sorted(set(_REGISTRY) | set(_LAZY))
+    return _REGISTRY.names()
 
 
 def make_predictor(config: PredictorConfig | None = None, **overrides) -> Predictor:
@@ -115,10 +109,8 @@ def make_predictor(config: PredictorConfig | None = None, **overrides) -> Predic
     cfg = config or PredictorConfig()
     if overrides:
         cfg = cfg.model_copy(update=overrides)
-    if cfg.name not in _REGISTRY and cfg.name in _LAZY:
-        module, attr = _LAZY[cfg.name].split(":")
-        factory = getattr(importlib.import_module(module), attr)
-        _REGISTRY.setdefault(cfg.name, factory)
-    if cfg.name not in _REGISTRY:
-        raise ValueError(f"unknown predictor {cfg.name!r}; known: {', '.join(known_predictors())}")
-    return _REGISTRY[cfg.name](cfg)
+    try:
+        factory = _REGISTRY.get_item(cfg.name)
+    except KeyError as err:
+        raise ValueError(err.args[0]) from None
+    return factory(cfg)
