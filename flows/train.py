@@ -26,6 +26,16 @@ from trace_core.config_io import config_hash
 from trace_core.runtime import RunRef, initial_checkpoint
 
 
+def overhead_split(results: dict, accuracy: dict, wall: float) -> dict:
+    """Seconds per stage (work inside the tasks, shard writes included) and what is left of the
+    iteration's wall time: orchestration (Prefect), tracking and artifacts."""
+    stages = {f"wall_{k}_s": float(v.get("seconds", 0.0)) for k, v in results.items()}
+    stages["wall_evaluate_s"] = float(accuracy.get("seconds", 0.0)) if accuracy else 0.0
+    work = sum(stages.values())
+    return {**stages, "wall_iteration_s": wall, "wall_overhead_s": max(wall - work, 0.0),
+            "wall_overhead_share": max(wall - work, 0.0) / wall if wall > 0 else 0.0}
+
+
 def new_run_id(cfg: TrainConfig) -> str:
     return f"{cfg.allocation.strategy}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
@@ -47,6 +57,7 @@ def train_flow(config: dict, run_id: str | None = None, home: str = ".trace-home
     tracker.log(accuracy, step=0)
     history = []
     for i in range(cfg.run.iterations):
+        t_iter = time.perf_counter()
         predictor = t["refresh-predictor"](ref, cfg, i)                                  # (1)
         roots = t["allocate-roots"](ref, cfg, i, predictor)                              # (2)
         raw = t["generate-raw-rollouts"](ref, cfg, i, checkpoint, roots)                 # (3)
@@ -62,9 +73,11 @@ def train_flow(config: dict, run_id: str | None = None, home: str = ".trace-home
         results = {"predictor": predictor, "roots": roots, "raw": raw, "score": scored, "extend": ext,
                    "verify": verified, "update": upd}
         row = t["record-iteration"](ref, cfg, i, results, accuracy)
-        history.append(row)
         publish_iteration(ref, cfg, i, results, row)
         tracker.log_iteration(i, results, row)
+        row = {**row, **overhead_split(results, accuracy, time.perf_counter() - t_iter)}
+        tracker.log({k: v for k, v in row.items() if k.startswith("wall_")}, step=i + 1, force=True)
+        history.append(row)
     report = tracker.finish(history)
     return {"run_id": ref.run_id, "home": ref.home, "checkpoint": checkpoint, "iterations": history, "report": report}
 

@@ -40,10 +40,14 @@ class RunTracker:
                                tags={"trace_rl.strategy": cfg.allocation.strategy})
         self.tracker.log_params(cfg.model_dump(mode="json"))
 
-    def log(self, metrics: dict, step: int) -> None:
-        """Log one step once: a resumed run skips the steps its crashed predecessor logged."""
+    def log(self, metrics: dict, step: int, *, force: bool = False) -> None:
+        """Log one step once: a resumed run skips the steps its crashed predecessor logged
+        (``force``: log anyway, for measurements of this process such as wall times)."""
         marker = self.tracker.run_dir / "tracked_step"
         done = int(marker.read_text()) if marker.is_file() else -1
+        if force:
+            self.tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
+            return
         if step <= done:
             return
         self.tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)

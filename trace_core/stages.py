@@ -63,6 +63,11 @@ def _load_predictor(path: str):
     return torch.load(path, weights_only=False)
 
 
+def _clip(v: np.ndarray, cfg: TrainConfig) -> np.ndarray:
+    eps = cfg.allocation.min_prob
+    return np.clip(np.asarray(v, dtype=float), eps, 1.0 - eps)
+
+
 def root_frame(cfg: TrainConfig, ref: RunRef, iteration: int, tasks) -> pl.DataFrame:
     """The candidate prompts as root rows (depth 0, question in ``action_text``)."""
     return nodes_frame([{
@@ -80,7 +85,7 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: dic
     t0 = time.perf_counter()
     tasks = candidate_pool(cfg, iteration)
     roots = root_frame(cfg, ref, iteration, tasks)
-    v = np.clip(_load_predictor(predictor["predictor"]).predict(roots), 0.0, 1.0)
+    v = _clip(_load_predictor(predictor["predictor"]).predict(roots), cfg)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
     m = np.asarray(get_strategy(cfg.allocation.strategy).allocate_roots(v, cfg.allocation, rng), dtype=np.int64)
     prompts = pl.DataFrame({
@@ -131,7 +136,7 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: dic
     nodes = read_shard(raw["raw"])
     pred = _load_predictor(predictor["predictor"])
     cands = prefix_candidates(nodes)
-    v_all = np.clip(pred.predict(nodes), 0.0, 1.0) if nodes.height else np.zeros(0)
+    v_all = _clip(pred.predict(nodes), cfg) if nodes.height else np.zeros(0)
     v_by_id = dict(zip(nodes["node_id"].to_list(), v_all.tolist(), strict=True))
     v = np.array([v_by_id[n] for n in cands["node_id"]], dtype=float)
     r = (cands["r"].to_numpy() > 0.5).astype(float)

@@ -86,6 +86,11 @@ class AllocationConfig(BaseModel):
     treepo_branch: int = Field(
         2, ge=1, le=4096, description="Continuations per randomly chosen prefix (treepo, trace-root)."
     )
+    min_prob: float = Field(
+        0.02, ge=0.0, lt=0.5,
+        description="Predicted probabilities are clipped to [min_prob, 1 - min_prob] before allocation: a "
+        "predictor is never certain, and exact 0/1 predictions would make every utility zero (no budget spent).",
+    )
     token_budget: bool = Field(
         False,
         description="Prefix stage costs continuations by remaining turns: the extension budget (in "

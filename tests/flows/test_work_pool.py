@@ -1,6 +1,7 @@
 """The deployment in prefect.yaml, run the way a GPU machine runs it: a real `prefect server`, the
-process work pool `gpu-pool`, `prefect deploy --all` from the repository root, a worker that picks
-up one run of `tiny-nightly` (small CI config, one iteration) and executes it in a subprocess.
+process work pool `gpu-pool`, `prefect deploy --all` from the repository root, and a worker that
+picks up one run of `tiny-nightly` (small CI config, one iteration, no held-out evaluation) and
+executes it in a subprocess.
 
 Everything goes through the `prefect` command line and the server's REST API, in processes with
 their own PREFECT_HOME, so nothing leaks into (or from) the in-process test harness."""
@@ -26,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 DEPLOYMENT = "trace-train-scheduled/tiny-nightly"
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
-                                                   reason="shipped tiny checkpoint missing: run `trace-rl warmup`")]
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
+                                 reason="shipped tiny checkpoint missing: run `trace-rl warmup`")]
 
 
 def _free_port() -> int:
@@ -107,8 +109,8 @@ def test_tiny_deployment_runs_on_process_pool(tmp_path):
         assert [s["schedule"]["cron"] for s in nightly["schedules"]] == ["0 2 * * *"]
         assert nightly["entrypoint"] == "flows/train.py:scheduled_train"
 
-        params = {"config_path": "configs/small-ci.yaml", "overrides": ["run.iterations=1"],
-                  "run_id": "pool", "home": str(home)}
+        params = {"config_path": "configs/small-ci.yaml", "run_id": "pool", "home": str(home),
+                  "overrides": ["run.iterations=1", "run.eval_tasks=0"]}
         out = _cli(env, "deployment", "run", DEPLOYMENT, "--params", json.dumps(params))
         flow_run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", out).group(1)
 
