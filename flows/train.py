@@ -24,6 +24,7 @@ from tasks.track import RunTracker
 from trace_core.config import TrainConfig
 from trace_core.config_io import config_hash
 from trace_core.runtime import RunRef, initial_checkpoint
+from trace_core.store import ensure_catalog
 
 
 def overhead_split(results: dict, accuracy: dict, wall: float) -> dict:
@@ -51,6 +52,7 @@ def train_flow(config: dict, run_id: str | None = None, home: str = ".trace-home
     log = get_run_logger()
     log.info("run %s  strategy=%s  config=%s  home=%s", ref.run_id, cfg.allocation.strategy, config_hash(cfg), ref.home)
     tracker = RunTracker(ref, cfg, tracking_uri=tracking_uri, parent=parent_tracking_run)
+    ensure_catalog(ref.home)  # DIR/trace.duckdb: analysts can query while training writes shards
 
     checkpoint = initial_checkpoint(cfg)
     accuracy = t["evaluate"](cfg, checkpoint)

@@ -1,6 +1,6 @@
 -- The node store's catalogue: views over the Parquet shards under the home directory DIR.
--- Paths are relative to DIR: trace_core.store sets DuckDB's file_search_path to DIR; from the
--- DuckDB CLI, run `cd DIR && duckdb -readonly trace.duckdb`.
+-- Paths are relative to DIR here; trace_core.store makes them absolute under DIR when it writes
+-- the catalogue DIR/trace.duckdb (so it answers from any working directory).
 -- Every table directory holds an empty _schema.parquet, so each view binds with the declared
 -- columns before any data exists; union_by_name lets newer shards carry extra columns.
 

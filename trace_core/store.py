@@ -1,9 +1,9 @@
 """The DuckDB side of the node store: the catalogue file and query execution.
 
 Training writes only Parquet shards (``trace_core.shards``); DuckDB reads them through views
-defined in ``sql/schema.sql``. Paths inside the views are relative to the home directory
-``DIR``: every connection opened here sets DuckDB's ``file_search_path`` to ``DIR``, and an
-analyst can run ``cd DIR && duckdb -readonly trace.duckdb``.
+defined in ``sql/schema.sql``. The catalogue's views hold absolute paths under the home
+directory ``DIR`` (rebuilt if ``DIR`` moves), so ``duckdb -readonly DIR/trace.duckdb`` works
+from anywhere.
 
 DuckDB allows one writing process or many reading ones per database file. So the training
 process never keeps ``DIR/trace.duckdb`` open: it creates the file once (or again if it is
@@ -38,12 +38,19 @@ def sql_dir() -> Path:
     return Path(override) if override else Path(__file__).resolve().parent.parent / "sql"
 
 
-def schema_sql() -> str:
-    return (sql_dir() / "schema.sql").read_text()
+def schema_sql(home_dir: str | Path | None = None) -> str:
+    """``sql/schema.sql``; with ``home_dir``, its shard globs made absolute under that home, so
+    the catalogue file answers from any working directory (DuckDB CLI, notebooks, Python)."""
+    text = (sql_dir() / "schema.sql").read_text()
+    if home_dir is None:
+        return text
+    home = str(Path(home_dir).resolve()).replace("'", "''")
+    return text.replace("read_parquet('shards/", f"read_parquet('{home}/shards/")
 
 
-def schema_sha() -> str:
-    return hashlib.sha256(schema_sql().encode()).hexdigest()[:16]
+def schema_sha(home_dir: str | Path | None = None) -> str:
+    """Version of the views: the schema text and the home it points at (a moved home rebuilds)."""
+    return hashlib.sha256(schema_sql(home_dir).encode()).hexdigest()[:16]
 
 
 def catalog_path(home_dir: str | Path) -> Path:
@@ -56,8 +63,8 @@ def _config(home_dir: Path) -> dict:
     return {"file_search_path": str(home_dir.resolve())}
 
 
-def _apply_schema(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute(schema_sql())
+def _apply_schema(con: duckdb.DuckDBPyConnection, home: Path) -> None:
+    con.execute(schema_sql(home))
 
 
 def connect(home_dir: str | Path) -> duckdb.DuckDBPyConnection:
@@ -65,13 +72,13 @@ def connect(home_dir: str | Path) -> duckdb.DuckDBPyConnection:
     home = Path(home_dir)
     ensure_schema_shards(home)
     con = duckdb.connect(":memory:", config=_config(home))
-    _apply_schema(con)
+    _apply_schema(con, home)
     return con
 
 
-def _stamp(con: duckdb.DuckDBPyConnection) -> None:
+def _stamp(con: duckdb.DuckDBPyConnection, home: Path) -> None:
     stamp = (sql_dir() / "catalog" / "stamp.sql").read_text()
-    con.execute(stamp, {"schema_sha": schema_sha()})
+    con.execute(stamp, {"schema_sha": schema_sha(home)})
 
 
 def _stamp_of(path: Path, home: Path) -> str | None:
@@ -95,11 +102,11 @@ def ensure_catalog(home_dir: str | Path) -> bool:
     ensure_schema_shards(home)
     path = catalog_path(home)
     try:
-        if path.exists() and _stamp_of(path, home) == schema_sha():
+        if path.exists() and _stamp_of(path, home) == schema_sha(home):
             return True
         with duckdb.connect(str(path), config=_config(home)) as con:
-            _apply_schema(con)
-            _stamp(con)
+            _apply_schema(con, home)
+            _stamp(con, home)
         return True
     except (duckdb.IOException, duckdb.ConnectionException) as err:
         warnings.warn(f"catalogue {path} is busy, left as it is: {err}", RuntimeWarning, stacklevel=2)
@@ -116,8 +123,8 @@ def open_catalog(home_dir: str | Path, read_only: bool = True) -> duckdb.DuckDBP
     ensure_catalog(home)
     con = duckdb.connect(str(catalog_path(home)), read_only=read_only, config=_config(home))
     if not read_only:
-        _apply_schema(con)
-        _stamp(con)
+        _apply_schema(con, home)
+        _stamp(con, home)
     return con
 
 

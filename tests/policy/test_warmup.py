@@ -53,6 +53,11 @@ def test_short_warmup_lowers_loss(tmp_path):
     assert next(model.parameters()).dtype == torch.float32 and len(tok) <= model.config.vocab_size
     saved = json.loads((tmp_path / "recipe.json").read_text())
     assert saved["config_hash"] == recipe["config_hash"] and saved["steps_done"] == 30
+    # continuing from the checkpoint keeps its tokenizer and starts from its loss, not from scratch
+    more = cfg.model_copy(update={"steps": 5, "warmup_steps": 1, "log_every": 5, "init_from": str(tmp_path)})
+    cont = run_warmup(more, tmp_path / "cont", progress=False)
+    assert cont["loss_curve"][-1][1] < curve[0] - 0.5
+    assert cont["stages"][0]["config_hash"] == recipe["config_hash"]
 
 
 SHIPPED = (TINY_WARM_DIR / "recipe.json").is_file() and "success" in json.loads(

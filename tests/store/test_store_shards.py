@@ -126,7 +126,7 @@ def test_training_writes_while_another_process_holds_the_catalogue(tmp_path, mon
         else:
             with pytest.warns(RuntimeWarning, match="busy"):  # cannot even read the stamp: warn only
                 assert not store.ensure_catalog(tmp_path)
-        monkeypatch.setattr(store, "schema_sha", lambda: "stale")  # force a refresh attempt
+        monkeypatch.setattr(store, "schema_sha", lambda home=None: "stale")  # force a refresh attempt
         with pytest.warns(RuntimeWarning, match="busy"):
             assert not store.ensure_catalog(tmp_path)
         total = _nodes().height + _nodes("r1", 1).height

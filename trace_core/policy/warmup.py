@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trace_core.config_io import config_hash
 from trace_core.policy.chat import ChatFormat
 from trace_core.policy.demos import demo_stream
-from trace_core.policy.model import ModelConfig, build_model, n_params
+from trace_core.policy.model import ModelConfig, build_model, load_policy, n_params
 from trace_core.policy.tokenizer import TokenizerConfig, save_tokenizer, train_tokenizer
 
 IGNORE = -100  # label value the HF loss skips
@@ -64,6 +64,9 @@ class WarmupConfig(BaseModel):
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="Tokenizer training.")
     tokenizer_demos: int = Field(3000, ge=10, le=1_000_000, description="Demos the tokenizer is trained on.")
     log_every: int = Field(50, ge=1, le=100_000, description="Steps between log lines.")
+    init_from: str | None = Field(
+        None, description="Continue SFT from this checkpoint directory (its weights and tokenizer; model sizes "
+        "are ignored) instead of building a fresh model. Its recipe is kept under 'stages' in the new one.")
     save_every: int = Field(0, ge=0, le=1_000_000, description="Steps between interim saves (0 = only at the end).")
 
 
@@ -185,12 +188,22 @@ def run_warmup(
     out_dir = Path(out_dir)
     torch.set_num_threads(cfg.num_threads)
     t_start = time.perf_counter()
-    tokenizer = build_tokenizer(cfg, env_kwargs)
+    stages: list[dict[str, Any]] = []
+    if cfg.init_from:
+        model, tokenizer = load_policy(cfg.init_from, dtype="float32")
+        parent = Path(cfg.init_from) / "recipe.json"
+        if parent.is_file():
+            prev = json.loads(parent.read_text())
+            stages = [*prev.pop("stages", []), {k: v for k, v in prev.items() if k != "loss_curve"}]
+            model_cfg = ModelConfig.model_validate(prev.get("model", {}))
+        torch.manual_seed(cfg.seed)
+    else:
+        tokenizer = build_tokenizer(cfg, env_kwargs)
+        if model_cfg.vocab_size < len(tokenizer):
+            model_cfg = model_cfg.model_copy(update={"vocab_size": len(tokenizer)})
+        model = build_model(model_cfg, seed=cfg.seed, pad_token_id=tokenizer.pad_token_id,
+                            eos_token_id=tokenizer.eos_token_id)
     chat = ChatFormat(tokenizer)
-    if model_cfg.vocab_size < len(tokenizer):
-        model_cfg = model_cfg.model_copy(update={"vocab_size": len(tokenizer)})
-    model = build_model(model_cfg, seed=cfg.seed, pad_token_id=tokenizer.pad_token_id,
-                        eos_token_id=tokenizer.eos_token_id)
     model.to(cfg.device).train()
     autocast = cfg.bf16_autocast == "on" or (cfg.bf16_autocast == "auto" and native_bf16(cfg.device))
     opt = make_optimizer(model, cfg)
@@ -201,7 +214,7 @@ def run_warmup(
         "warmup": cfg.model_dump(mode="json"), "model": model_cfg.model_dump(mode="json"),
         "env_kwargs": env_kwargs or {}, "config_hash": config_hash(cfg), "model_hash": config_hash(model_cfg),
         "n_params": n_params(model), "bf16_autocast_used": autocast, "torch": torch.__version__,
-        "python": platform.python_version(), "command": " ".join(sys.argv),
+        "python": platform.python_version(), "command": " ".join(sys.argv), "stages": stages,
     }
     losses: list[tuple[int, float]] = []
     tokens = padded = 0
