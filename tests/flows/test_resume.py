@@ -29,7 +29,7 @@ def _cmd(home: Path, run_id: str) -> list[str]:
 
 def _env(state: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(state / "prefect"),
-               XDG_CONFIG_HOME=str(state / "xdg"))
+               XDG_CONFIG_HOME=str(state / "xdg"), PREFECT_LOGGING_LEVEL="INFO")
     env.pop("PREFECT_API_URL", None)  # each run starts its own temporary server, as a user's would
     return env
 
@@ -54,10 +54,13 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (killed_home / "shards" / "iterations" / "run=r" / "iter=00001").exists()
+    finished = sorted((killed_home / "runs" / "r" / "staging").glob("iter=*/*.parquet"))
+    stamps = {p: p.stat().st_mtime_ns for p in finished}
     # 2. the same command resumes and finishes
     resumed = subprocess.run(_cmd(killed_home, "r"), env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Cached" in resumed.stdout + resumed.stderr  # finished stages were replayed, not rerun
+    assert {p: p.stat().st_mtime_ns for p in finished} == stamps  # ... and their outputs not rewritten
     # 3. an uninterrupted run with the same run id and seed in another home
     clean = subprocess.run(_cmd(clean_home, "r"), env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert clean.returncode == 0, clean.stderr[-3000:]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import math
+import warnings
 from fractions import Fraction
 
 from trace_core.envs.actions import BAD_ARGUMENTS, OK, TOOL_ERROR
@@ -130,7 +131,9 @@ def evaluate(expr: str) -> Fraction | float:
     if not src:
         raise CalcError("empty expression")
     try:
-        tree = ast.parse(src, mode="eval")
+        with warnings.catch_warnings():  # "3x" warns "invalid decimal literal" before failing
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(src, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise CalcError("syntax error") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:

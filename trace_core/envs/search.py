@@ -11,6 +11,7 @@ deterministic (``replay`` relies on it).
 
 from __future__ import annotations
 
+import logging
 import re
 from functools import lru_cache
 
@@ -18,6 +19,8 @@ import bm25s
 import numpy as np
 
 from trace_core.envs.actions import BAD_ARGUMENTS, OK
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # one DEBUG line per index build otherwise
 
 MAX_QUERY_CHARS = 300
 _TOKEN = re.compile(r"[^\W_]+")

@@ -140,10 +140,26 @@ def record_success(
     recipe = json.loads(recipe_path.read_text()) if recipe_path.is_file() else {}
     recipe["success"] = table
     recipe_path.write_text(json.dumps(recipe, indent=2, sort_keys=True))
-    head = (f"# tiny-warm: held-out success after SFT warm start\n\n"
-            f"Steps {recipe.get('steps_done')}, final loss {recipe.get('final_loss')}, "
-            f"{recipe.get('tokens_per_s')} tokens/s, {recipe.get('n_params')} parameters, "
-            f"config hash {recipe.get('config_hash')}.\n"
-            f"{n_per_cell} held-out tasks per cell x {n} samples (temperature 1, top_k 0).\n\n")
-    (ckpt / "SUCCESS.md").write_text(head + format_table(table) + "\n")
+    write_success_md(ckpt)
     return table
+
+
+def write_success_md(ckpt_dir: str | Path) -> str:
+    """``SUCCESS.md`` beside the weights from the table and stages in ``recipe.json``."""
+    ckpt = Path(ckpt_dir)
+    recipe = json.loads((ckpt / "recipe.json").read_text())
+    table, m = recipe["success"], recipe["success"]["measured"]
+    stages = [*recipe.get("stages", []), recipe]
+    lines = [f"- stage {i + 1}: {st.get('steps_done')} steps, families {st['warmup']['families']}, lr "
+             f"{st['warmup']['lr']}, final loss {st.get('final_loss')}, {st.get('tokens')} tokens at "
+             f"{st.get('tokens_per_s')} tokens/s ({st.get('train_s')} s), config hash {st.get('config_hash')}"
+             + (f", from {st['warmup']['init_from']}" if st["warmup"].get("init_from") else ", from scratch")
+             for i, st in enumerate(stages)]
+    text = (f"# tiny-warm: held-out success after SFT warm start\n\n"
+            f"{recipe.get('n_params')} parameters, sizes {json.dumps(recipe.get('model'))}.\n\n"
+            + "\n".join(lines) + "\n\n"
+            f"{m['n_per_cell']} held-out tasks per cell x {m['n']} samples (temperature 1, top_k 0, "
+            f"max {m['max_new_tokens']} new tokens a turn), measured in {m['eval_s']} s.\n\n"
+            + format_table(table) + "\n")
+    (ckpt / "SUCCESS.md").write_text(text)
+    return text
