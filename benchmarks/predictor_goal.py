@@ -7,7 +7,7 @@ scores) before their outcomes are looked at. Prints per-iteration metrics, the t
 prefix AUC >= 0.80, root AUC >= 0.75, ECE <= 0.05 (roots and prefixes each).
 
 Sources:
-* ``--run-dir DIR``: node rows of a real run, Parquet shards ``DIR/shards/**/nodes*.parquet``;
+* ``--run-dir DIR``: node rows of a real run, Parquet shards ``DIR/shards/nodes/run=*/iter=*/final.parquet``;
 * ``--source simulate``: trees from ``trace_core.simulate`` (the oracle simulator) when it offers
   ``simulate_nodes``; otherwise falls back to ``synthetic`` and says so;
 * ``--source synthetic`` (default): SYNTHETIC latent-logit trees from
@@ -38,9 +38,9 @@ GOALS = {"prefix_auc": 0.80, "root_auc": 0.75, "ece": 0.05}
 
 
 def load_run(run_dir: Path) -> pl.DataFrame:
-    files = sorted(run_dir.glob("shards/**/nodes*.parquet"))
+    files = sorted(run_dir.glob("shards/nodes/run=*/iter=*/final.parquet"))
     if not files:
-        raise SystemExit(f"no node shards under {run_dir}/shards/**/nodes*.parquet")
+        raise SystemExit(f"no node shards under {run_dir}/shards/nodes/run=*/iter=*/final.parquet")
     return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
 
 
@@ -149,7 +149,7 @@ def goal_lines(final: dict) -> list[tuple[str, float, float, bool]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run-dir", default=None, help="real run directory with shards/**/nodes*.parquet")
+    ap.add_argument("--run-dir", default=None, help="real run directory with shards/nodes/run=*/iter=*/final.parquet")
     ap.add_argument("--source", choices=["synthetic", "simulate"], default="synthetic")
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)

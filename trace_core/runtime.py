@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +52,27 @@ def iteration_seed(cfg: TrainConfig, iteration: int, stage: str) -> int:
     return int(np.random.SeedSequence([cfg.run.seed, iteration, salt]).generate_state(1)[0])
 
 
-def candidate_pool(cfg: TrainConfig, iteration: int) -> list[Task]:
-    """The prompt stream: iteration ``i``'s candidates depend only on (run seed, i), so every
-    strategy of a comparison sees the same prompts in the same order."""
+@lru_cache(maxsize=4)
+def _training_set(env_json: str, n: int, seed: int) -> tuple[Task, ...]:
+    from trace_core.envs.config import EnvConfig
     from trace_core.envs.synthetic import sample_tasks
 
-    return sample_tasks(cfg.env, cfg.run.candidate_pool, seed=iteration_seed(cfg, iteration, "pool"))
+    return tuple(sample_tasks(EnvConfig.model_validate_json(env_json), n, seed=seed))
+
+
+def candidate_pool(cfg: TrainConfig, iteration: int) -> list[Task]:
+    """The prompt stream: iteration ``i``'s candidates depend only on (run seed, i), so every
+    strategy of a comparison sees the same prompts in the same order. With ``run.train_prompts``
+    they are a random subset of a fixed training set (prompts recur across iterations)."""
+    from trace_core.envs.synthetic import sample_tasks
+
+    seed = iteration_seed(cfg, iteration, "pool")
+    if cfg.run.train_prompts == 0:
+        return sample_tasks(cfg.env, cfg.run.candidate_pool, seed=seed)
+    train = _training_set(cfg.env.model_dump_json(), cfg.run.train_prompts, iteration_seed(cfg, 0, "train-set"))
+    k = min(cfg.run.candidate_pool, len(train))
+    pick = np.random.default_rng(seed).choice(len(train), size=k, replace=False)
+    return [train[i] for i in pick]
 
 
 def heldout_pool(cfg: TrainConfig) -> list[Task]:
