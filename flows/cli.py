@@ -35,6 +35,18 @@ def _fail(err: Exception) -> None:
     raise typer.Exit(2)
 
 
+def _train_config(config: Path | None, overrides: list[str] | None, home: Path):
+    """The validated run config (an invalid one exits 2 with the field path and bad value)."""
+    from trace_core.config import load_train_config
+    from trace_core.config_io import ConfigError
+
+    _quiet_env(home)
+    try:
+        return load_train_config(config or DEFAULT_CONFIG, overrides or [])
+    except ConfigError as err:
+        _fail(err)
+
+
 @app.command()
 def simulate(
     config: Path = typer.Option(None, "--config", "-c", help="YAML simulator config (SimulateConfig)."),
@@ -83,14 +95,7 @@ def train(
     tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow server (default sqlite under --home)."),
 ) -> None:
     """The main job: the TRACE training flow on the config (tiny CPU config by default)."""
-    from trace_core.config import load_train_config
-    from trace_core.config_io import ConfigError
-
-    _quiet_env(home)
-    try:
-        cfg = load_train_config(config or DEFAULT_CONFIG, set_ or [])
-    except ConfigError as err:
-        _fail(err)
+    cfg = _train_config(config, set_, home)
     from flows.train import train_flow
 
     summary = train_flow(cfg.model_dump(mode="json"), run_id=run_id, home=str(home.resolve()),
@@ -102,21 +107,14 @@ def train(
 def compare(
     config: Path = ConfigOpt,
     strategies: str = typer.Option("grpo,dapo,pcl,treepo,trace,trace-root,trace-prefix", "--strategies"),
-    seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per strategy (confidence intervals over seeds)."),
+    seeds: int = typer.Option(2, "--seeds", min=1, help="Seeds per strategy (confidence intervals over seeds)."),
     home: Path = HomeOpt,
     set_: list[str] = SetOpt,
     run_id: str = typer.Option(None, "--run-id", help="Comparison id (prefix of the child run ids)."),
     tracking_uri: str = typer.Option(None, "--tracking-uri"),
 ) -> None:
     """Train each strategy from the same checkpoint, stream and budget; write a report."""
-    from trace_core.config import load_train_config
-    from trace_core.config_io import ConfigError
-
-    _quiet_env(home)
-    try:
-        cfg = load_train_config(config or DEFAULT_CONFIG, set_ or [])
-    except ConfigError as err:
-        _fail(err)
+    cfg = _train_config(config, set_, home)
     from flows.compare import compare_flow
 
     out = compare_flow(cfg.model_dump(mode="json"), strategies=[s.strip() for s in strategies.split(",") if s.strip()],
