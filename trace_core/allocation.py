@@ -39,7 +39,6 @@ import numpy as np
 from trace_core.utility import iter_root_gains, prefix_value_table, root_value_columns
 
 _TOL = 1e-12
-_FILL_SCAN = 200_000  # items the (sequential) fill pass looks at; the 1/2 bound does not need it
 
 
 # ----------------------------------------------------------------------------- validation
@@ -99,7 +98,9 @@ def allocate_roots(v, budget, *, max_per_prompt: int = 8, min_active: int = 2, c
     B = _budget(budget, False)
     if v.shape[0] and np.all(c == c[0]):
         return _roots_exact(v, int(np.floor(B / c[0] * (1 + 1e-12))), M, a)
-    return _chain_greedy_cost(root_value_columns(v, M), a, c, B)
+    from trace_core.allocation_cost import chain_greedy_cost
+
+    return chain_greedy_cost(root_value_columns(v, M), a, c, B)
 
 
 def _first_block(F: np.ndarray, a: int) -> np.ndarray:
@@ -328,7 +329,9 @@ def allocate_prefixes(v, r, budget, *, max_per_node: int = 8, cost=None) -> np.n
     B = _budget(budget, False)
     if v.shape[0] and np.all(c == c[0]):
         return _prefix_exact(q, int(np.floor(B / c[0] * (1 + 1e-12))), K)
-    return _chain_greedy_cost(np.ascontiguousarray(prefix_value_table(v, r, K).T), 1, c, B)
+    from trace_core.allocation_cost import chain_greedy_cost
+
+    return chain_greedy_cost(np.ascontiguousarray(prefix_value_table(v, r, K).T), 1, c, B)
 
 
 def _count_above(q: np.ndarray, K: int, hi: float, lo: float):
@@ -401,62 +404,3 @@ def _resolve_bracket(q: np.ndarray, K: int, B: int, c_hi: np.ndarray, c_lo: np.n
     need = B - int(c_hi.sum())
     take = np.lexsort((k, rep, -g))[:need]
     return c_hi + np.bincount(rep[take], minlength=q.shape[0])
-
-
-# ----------------------------------------------------------------------------- costs (knapsack)
-def _chain_greedy_cost(F: np.ndarray, a: int, c: np.ndarray, B: float) -> np.ndarray:
-    """Greedy by gain/cost over hull items + fill + best single row; >= 1/2 of the optimum.
-
-    F: (M+1, N) values for m = 0..M; a: smallest positive count allowed (1..a-1 never chosen);
-    c: (N,) cost per unit; B: budget in cost units. The greedy prefix is vectorised; only the
-    fill pass after the first misfit loops, over the items that still fit.
-    """
-    M, n = F.shape[0] - 1, F.shape[1]
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    cap = np.minimum(M, np.floor(B / c * (1 + 1e-12))).astype(np.int64)  # alone-feasible maximum
-    g = F.copy()
-    g[np.arange(M + 1)[:, None] > cap[None, :]] = -np.inf  # beyond the row's cap: never chosen
-    s = np.where(cap >= a, _first_block(g, a), M + 1)  # M + 1: the row cannot afford its block
-    rows, start, end = _hull_items(s, cap, M)
-    with np.errstate(invalid="ignore"):  # -inf - -inf beyond the caps; those items do not exist
-        slope = _hull_slopes(g, np.minimum(s, M))[end - 1, rows]  # monotone along each row
-    item_cost = c[rows] * (end - start)
-    keep = slope > 0
-    rows, start, end, slope, item_cost = rows[keep], start[keep], end[keep], slope[keep], item_cost[keep]
-    order = np.lexsort((start, rows, -(slope / c[rows])))
-    fits = np.cumsum(item_cost[order]) <= B * (1 + 1e-12)
-    k = int(np.argmin(fits)) if not fits.all() else order.size
-    m = np.zeros(n, dtype=np.int64)
-    np.maximum.at(m, rows[order[:k]], end[order[:k]])  # hull slopes fall along a row: a prefix per row
-    room = B - float(item_cost[order[:k]].sum())
-    rest = order[k:]
-    rest = rest[item_cost[rest] <= room * (1 + 1e-12)][:_FILL_SCAN]
-    tail_min = np.minimum.accumulate(item_cost[rest][::-1])[::-1]  # cheapest item still ahead
-    for idx, it in enumerate(rest):
-        if room < tail_min[idx] * (1 - 1e-12):
-            break
-        rw = rows[it]
-        if m[rw] == start[it] and item_cost[it] <= room * (1 + 1e-12):
-            m[rw] = end[it]
-            room -= item_cost[it]
-    best_val = np.where(cap >= a, F[cap, np.arange(n)], 0.0)
-    b = int(np.argmax(best_val))
-    if best_val[b] > F[m, np.arange(n)].sum() + _TOL:
-        m[:] = 0
-        m[b] = cap[b]
-    return m
-
-
-def _hull_items(s: np.ndarray, cap: np.ndarray, M: int):
-    """Hull items (row, start, end): the block 0 -> s_i, then unit steps up to cap_i."""
-    active = s <= cap
-    rows = [np.flatnonzero(active)]
-    starts = [np.zeros(rows[0].size, dtype=np.int64)]
-    ends = [s[active].astype(np.int64)]
-    for j in range(1, M + 1):  # unit step j-1 -> j
-        rr = np.flatnonzero(active & (s < j) & (j <= cap))
-        rows.append(rr)
-        starts.append(np.full(rr.size, j - 1, dtype=np.int64))
-        ends.append(np.full(rr.size, j, dtype=np.int64))
-    return np.concatenate(rows), np.concatenate(starts), np.concatenate(ends)
