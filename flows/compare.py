@@ -16,7 +16,7 @@ from flows.train import train_flow
 from trace_core.compare import comparison_markdown, comparison_table
 from trace_core.config import TrainConfig
 from trace_core.shards import table_dir
-from tracking.mlflow_tracker import Tracker, TrackingConfig
+from tracking.mlflow_tracker import Tracker
 from tracking.plots_compare import plot_accuracy_vs_tokens, plot_effective_by_iteration
 
 
@@ -37,7 +37,7 @@ def compare_flow(config: dict, strategies: list[str], seeds: int = 1, home: str 
     base = TrainConfig.model_validate(config)
     cid = run_id or f"cmp-{time.strftime('%Y%m%d-%H%M%S')}"
     log = get_run_logger()
-    tcfg = TrackingConfig(enabled=base.tracking.enabled, tracking_uri=tracking_uri, experiment=base.tracking.experiment)
+    tcfg = base.tracking.model_copy(update={"tracking_uri": tracking_uri or base.tracking.tracking_uri})
     parent = Tracker(home, cid, config=tcfg, tags={"trace_rl.kind": "compare"})
     parent.log_params({"strategies": ",".join(strategies), "seeds": seeds, **base.model_dump(mode="json")})
     children = []

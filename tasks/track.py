@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trace_core.config import TrainConfig
 from trace_core.runtime import RunRef
-from tracking.mlflow_tracker import Tracker, TrackingConfig
+from tracking.mlflow_tracker import Tracker
 from tracking.report import publish_run_artifacts
 
 _STAGES = ("predictor", "roots", "raw", "score", "extend", "verify", "update")
@@ -32,8 +32,7 @@ class RunTracker:
     iteration numbers, so a resumed run continues its curves without gaps or repeats."""
 
     def __init__(self, ref: RunRef, cfg: TrainConfig, *, tracking_uri: str | None = None, parent: str | None = None):
-        tcfg = TrackingConfig(enabled=cfg.tracking.enabled, tracking_uri=tracking_uri,
-                              experiment=cfg.tracking.experiment)
+        tcfg = cfg.tracking.model_copy(update={"tracking_uri": tracking_uri or cfg.tracking.tracking_uri})
         self.parent = Tracker(ref.home, parent, config=tcfg) if parent else None
         self.cfg = cfg
         self.tracker = Tracker(ref.home, ref.run_id, config=tcfg, parent=self.parent,

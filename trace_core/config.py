@@ -21,6 +21,7 @@ from trace_core.policy.update import UpdateConfig
 from trace_core.policy.warmup import WarmupConfig
 from trace_core.predictor.config import PredictorConfig
 from trace_core.strategies import AllocationConfig
+from trace_core.tracking_config import TrackingConfig
 
 
 class RunConfig(BaseModel):
@@ -46,15 +47,6 @@ class RunConfig(BaseModel):
         0, ge=0, le=100_000, description="Evaluate every k iterations (0 = only before the first and after the last).")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Torch device for generation and updates.")
     threads: int = Field(0, ge=0, le=1024, description="torch.set_num_threads on CPU (0 = leave torch's default).")
-
-
-class TrackingConfig(BaseModel):
-    """MLflow tracking."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    experiment: str = Field("trace-rl", description="MLflow experiment name.")
-    enabled: bool = Field(True, description="Log params, metrics, plots and the report to MLflow.")
 
 
 class TrainConfig(BaseModel):

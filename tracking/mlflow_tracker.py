@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from trace_core.tracking_config import TrackingConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,26 +43,6 @@ _BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 _MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 _PARAMS_PER_BATCH = 100  # MLflow's log_batch limits
 _METRICS_PER_BATCH = 1000
-
-
-class TrackingConfig(BaseModel):
-    """Where and how a run is tracked."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = Field(True, description="Track in MLflow at all (False: every call is a no-op).")
-    tracking_uri: str | None = Field(
-        None, description="MLflow tracking URI (e.g. http://host:5000); None = sqlite:///DIR/mlflow.db."
-    )
-    experiment: str = Field("trace-rl", min_length=1, description="MLflow experiment name.")
-    retry_initial_s: float = Field(0.5, gt=0, le=60, description="First wait after a failed send.")
-    retry_max_s: float = Field(30.0, gt=0, le=3600, description="Longest wait between retries (doubling).")
-    finish_timeout_s: float = Field(
-        30.0, ge=0, le=3600, description="How long finish() waits for buffered records before saving them."
-    )
-    max_buffer: int = Field(
-        200_000, ge=100, le=10_000_000, description="Records kept during an outage; the oldest metrics go first."
-    )
 
 
 def default_tracking_uri(home_dir: str | Path) -> str:

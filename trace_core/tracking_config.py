@@ -1,0 +1,26 @@
+"""Where and how a run is tracked (the ``tracking`` section of the run config). Pure
+configuration: the MLflow client that uses it lives in the top-level ``tracking`` package."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrackingConfig(BaseModel):
+    """Where and how a run is tracked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="Track in MLflow at all (False: every call is a no-op).")
+    tracking_uri: str | None = Field(
+        None, description="MLflow tracking URI (e.g. http://host:5000); None = sqlite:///DIR/mlflow.db."
+    )
+    experiment: str = Field("trace-rl", min_length=1, description="MLflow experiment name.")
+    retry_initial_s: float = Field(0.5, gt=0, le=60, description="First wait after a failed send.")
+    retry_max_s: float = Field(30.0, gt=0, le=3600, description="Longest wait between retries (doubling).")
+    finish_timeout_s: float = Field(
+        30.0, ge=0, le=3600, description="How long finish() waits for buffered records before saving them."
+    )
+    max_buffer: int = Field(
+        200_000, ge=100, le=10_000_000, description="Records kept during an outage; the oldest metrics go first."
+    )
