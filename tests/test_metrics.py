@@ -55,3 +55,23 @@ def test_expected_root_metrics_match_monte_carlo():
     assert np.mean(sims) == pytest.approx(exp_ratio, abs=0.01)
     eff, n = metrics.expected_prefix_effective([0.3], [1.0], [4])
     assert n == 4 and eff == pytest.approx(4 * (1 - 0.3**4))
+
+
+def test_trajectory_metrics_on_a_node_table():
+    import polars as pl
+
+    from trace_core.metrics import trajectory_metrics
+
+    nodes = pl.DataFrame({
+        "trajectory_id": [None, "a", "a", "b", "c"],
+        "depth": [0, 1, 2, 1, 1],
+        "is_leaf": [False, False, True, True, True],
+        "reward": [None, None, 1.0, 0.0, 0.0],
+        "advantage": [None, 0.5, 0.5, -0.5, 0.0],
+        "new_tokens": [0, 10, 5, 20, 30],
+    })
+    m = trajectory_metrics(nodes)
+    assert (m["trajectories"], m["effective"], m["wasted"], m["tokens"]) == (3, 2, 1, 65)
+    assert abs(m["effective_ratio"] - 2 / 3) < 1e-12
+    assert abs(m["effective_per_1k_tokens"] - 1000 * 2 / 65) < 1e-9
+    assert abs(m["train_reward"] - 1 / 3) < 1e-9

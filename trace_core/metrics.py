@@ -16,6 +16,7 @@ group mean, i.e. it receives a non-zero group-relative advantage. With 0/1 rewar
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
 from trace_core.utility import prefix_utility, root_utility
 
@@ -118,3 +119,20 @@ def expected_wasted(v, m) -> float:
     """Expected trajectories in zero-contrast root groups: ``sum m_i (1 - V_root(v_i, m_i))``."""
     eff, n = expected_root_effective(v, m)
     return n - eff
+
+
+def trajectory_metrics(nodes: pl.DataFrame) -> dict:
+    """The same metrics on a verified node table (``trace_core.tree.NODE_SCHEMA`` with
+    advantages): a generated trajectory is effective when any of its own turn segments got a
+    non-zero advantage; tokens are its own generated tokens (a continuation pays only for the
+    turns after its prefix)."""
+    turns = nodes.filter(pl.col("depth") >= 1)
+    per = turns.group_by("trajectory_id").agg((pl.col("advantage").abs().fill_null(0) > 1e-9).any().alias("eff"),
+                                              pl.col("new_tokens").sum().alias("tok"))
+    n, eff = per.height, int(per["eff"].sum() or 0) if per.height else 0
+    tokens = int(per["tok"].sum() or 0) if per.height else 0
+    leaves = nodes.filter(pl.col("is_leaf"))
+    return {"trajectories": n, "effective": eff, "wasted": n - eff, "tokens": tokens,
+            "effective_ratio": eff / n if n else 0.0, "wasted_share": (n - eff) / n if n else 0.0,
+            "effective_per_1k_tokens": 1000.0 * eff / tokens if tokens else 0.0,
+            "train_reward": float(leaves["reward"].mean() or 0.0) if leaves.height else 0.0}

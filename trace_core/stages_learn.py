@@ -15,6 +15,7 @@ import torch
 from trace_core.advantage import compute_advantages
 from trace_core.config import TrainConfig
 from trace_core.envs.base import replay
+from trace_core.metrics import trajectory_metrics
 from trace_core.rollout_nodes import finalize_tree, trajectories
 from trace_core.runtime import RunRef, candidate_pool, heldout_pool, iteration_seed, load_policy_for
 from trace_core.shards import ShardWriter, read_shard
@@ -74,21 +75,6 @@ def verify(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, predi
     met.update(reward_mismatches=mismatched, seconds=time.perf_counter() - t0,
                nodes=str(writer.path("nodes", stage="final", iteration=iteration)))
     return met
-
-
-def trajectory_metrics(nodes: pl.DataFrame) -> dict:
-    """Effective ratio (share of generated trajectories with a non-zero advantage on their own
-    segments), wasted trajectories, tokens and effective samples per 1k generated tokens."""
-    turns = nodes.filter(pl.col("depth") >= 1)
-    per = turns.group_by("trajectory_id").agg((pl.col("advantage").abs().fill_null(0) > 1e-9).any().alias("eff"),
-                                              pl.col("new_tokens").sum().alias("tok"))
-    n, eff = per.height, int(per["eff"].sum() or 0) if per.height else 0
-    tokens = int(per["tok"].sum() or 0) if per.height else 0
-    leaves = nodes.filter(pl.col("is_leaf"))
-    return {"trajectories": n, "effective": eff, "wasted": n - eff, "tokens": tokens,
-            "effective_ratio": eff / n if n else 0.0, "wasted_share": (n - eff) / n if n else 0.0,
-            "effective_per_1k_tokens": 1000.0 * eff / tokens if tokens else 0.0,
-            "train_reward": float(leaves["reward"].mean() or 0.0) if leaves.height else 0.0}
 
 
 def prospective_metrics(nodes: pl.DataFrame, predictor) -> dict[str, float]:

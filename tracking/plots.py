@@ -17,39 +17,39 @@ from trace_core.sqlq import run_named_query
 ACCURACY_COLUMNS = ("accuracy", "accuracy_math", "accuracy_qa", "accuracy_fc")
 
 
-def _figure() -> tuple[Figure, object]:
+def new_figure() -> tuple[Figure, object]:
     fig = Figure(figsize=(6.0, 3.6), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot()
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
     return path
 
 
-def _no_data(ax, what: str) -> None:
+def no_data(ax, what: str) -> None:
     ax.text(0.5, 0.5, f"no {what} yet", ha="center", va="center", transform=ax.transAxes)
 
 
 def plot_effective_ratio(by_iteration: pl.DataFrame, path: Path) -> Path:
     """``by_iteration``: columns iteration, effective_ratio[, wasted_share] (one row each)."""
-    fig, ax = _figure()
+    fig, ax = new_figure()
     if by_iteration.height:
         ax.plot(by_iteration["iteration"], by_iteration["effective_ratio"], marker="o", label="effective ratio")
         if "wasted_share" in by_iteration.columns:
             ax.plot(by_iteration["iteration"], by_iteration["wasted_share"], marker="x", ls="--", label="wasted share")
         ax.legend()
     else:
-        _no_data(ax, "iterations")
+        no_data(ax, "iterations")
     ax.set(xlabel="iteration", ylabel="share of trajectories", ylim=(0, 1), title="Effective ratio")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_accuracy(iterations: pl.DataFrame, path: Path) -> Path:
     """``iterations``: column iteration plus any of accuracy, accuracy_{math,qa,fc}."""
-    fig, ax = _figure()
+    fig, ax = new_figure()
     drawn = 0
     for col in ACCURACY_COLUMNS:
         if col in iterations.columns and iterations[col].drop_nulls().len():
@@ -59,36 +59,36 @@ def plot_accuracy(iterations: pl.DataFrame, path: Path) -> Path:
     if drawn:
         ax.legend()
     else:
-        _no_data(ax, "accuracy")
+        no_data(ax, "accuracy")
     ax.set(xlabel="iteration", ylabel="held-out accuracy", ylim=(0, 1), title="Accuracy")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_allocation_histogram(hist: pl.DataFrame, path: Path) -> Path:
     """``hist``: columns m_alloc, prompts (prompts per allocated rollout count)."""
-    fig, ax = _figure()
+    fig, ax = new_figure()
     if hist.height:
         agg = hist.group_by("m_alloc").agg(pl.col("prompts").sum()).sort("m_alloc")
         ax.bar(agg["m_alloc"], agg["prompts"])
     else:
-        _no_data(ax, "allocations")
+        no_data(ax, "allocations")
     ax.set(xlabel="rollouts allocated (m, 0 = skipped)", ylabel="prompts", title="Root allocation")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_calibration(bins: pl.DataFrame, path: Path) -> Path:
     """``bins``: columns kind, mean_pred, mean_outcome (output of predictor_calibration_bins)."""
-    fig, ax = _figure()
+    fig, ax = new_figure()
     ax.plot([0, 1], [0, 1], color="grey", ls=":", label="perfect")
     for kind in sorted(bins["kind"].unique().to_list()) if bins.height else []:
         rows = bins.filter(pl.col("kind") == kind).sort("mean_pred")
         ax.plot(rows["mean_pred"], rows["mean_outcome"], marker="o", label=kind)
     if not bins.height:
-        _no_data(ax, "predictions")
+        no_data(ax, "predictions")
     ax.legend()
     ax.set(xlabel="predicted success", ylabel="observed success", xlim=(0, 1), ylim=(0, 1),
            title="Predictor calibration")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_run_plots(home_dir: str | Path, run_id: str, out_dir: str | Path) -> list[Path]:

@@ -6,36 +6,37 @@ from pathlib import Path
 
 import polars as pl
 
-from tracking.plots import _figure, _no_data, _save
+from tracking.plots import new_figure, no_data, save_figure
+
+
+def _lines_by_strategy(ax, frame: pl.DataFrame, x: str, y: str) -> None:
+    """Mean of ``x`` and ``y`` over seeds at each iteration, one line per strategy."""
+    mean = frame.group_by("strategy", "iteration").agg(pl.col(x).mean(), pl.col(y).mean()).sort("iteration")
+    for strat in mean["strategy"].unique().sort():
+        sub = mean.filter(pl.col("strategy") == strat)
+        ax.plot(sub[x], sub[y], marker="o", label=strat)
+    ax.legend(fontsize=7)
 
 
 def plot_effective_by_iteration(iterations: pl.DataFrame, path: Path) -> Path:
     """Mean effective ratio over seeds, one line per strategy."""
-    fig, ax = _figure()
+    fig, ax = new_figure()
     if iterations.height:
-        mean = iterations.group_by("strategy", "iteration").agg(pl.col("effective_ratio").mean()).sort("iteration")
-        for strat in mean["strategy"].unique(maintain_order=True).sort():
-            sub = mean.filter(pl.col("strategy") == strat)
-            ax.plot(sub["iteration"], sub["effective_ratio"], marker="o", label=strat)
-        ax.legend(fontsize=7)
+        _lines_by_strategy(ax, iterations.with_columns(pl.col("iteration").alias("x")), "x", "effective_ratio")
     else:
-        _no_data(ax, "iterations")
+        no_data(ax, "iterations")
     ax.set(xlabel="iteration", ylabel="effective ratio", ylim=(0, 1), title="Effective ratio by strategy")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_accuracy_vs_tokens(iterations: pl.DataFrame, path: Path) -> Path:
     """Held-out accuracy at each evaluated iteration against cumulative generated tokens."""
-    fig, ax = _figure()
+    fig, ax = new_figure()
     rows = iterations.sort("run_id", "iteration").with_columns(pl.col("tokens").cum_sum().over("run_id").alias("cum"))
     rows = rows.filter(pl.col("accuracy").is_not_null())
     if rows.height:
-        mean = rows.group_by("strategy", "iteration").agg(pl.col("cum").mean(), pl.col("accuracy").mean()).sort("iteration")
-        for strat in mean["strategy"].unique(maintain_order=True).sort():
-            sub = mean.filter(pl.col("strategy") == strat)
-            ax.plot(sub["cum"], sub["accuracy"], marker="o", label=strat)
-        ax.legend(fontsize=7)
+        _lines_by_strategy(ax, rows, "cum", "accuracy")
     else:
-        _no_data(ax, "evaluations")
+        no_data(ax, "evaluations")
     ax.set(xlabel="generated tokens", ylabel="held-out accuracy", title="Accuracy against generated tokens")
-    return _save(fig, path)
+    return save_figure(fig, path)
