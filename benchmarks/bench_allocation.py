@@ -5,6 +5,7 @@
 * Root allocation of N prompts (M=8, B=3N) as a ratio to ``np.sort`` of the N*M marginal
   gains in the same run (goal <= 2).
 * Prefix allocation of 10M nodes (K=8, budget = nodes) in seconds (goal <= 2 s).
+* The same with ``objective="trajectories"`` (general hull + repair; no goal, for reference).
 Each figure is the best of ``--repeats`` runs; sort and solver runs are interleaved.
 """
 
@@ -58,6 +59,8 @@ def main() -> None:
     tied = rng.choice([0.1, 0.5, 0.9], size=n)  # worst case for the threshold: massive ties
     t_tied = best_time(lambda: allocate_roots(tied, B, max_per_prompt=M), args.repeats)
     print(f"  allocate_roots, 3 distinct v values:   {t_tied:.3f} s  (ratio {t_tied / t_sort:.2f})")
+    t_traj = best_time(lambda: allocate_roots(v, B, max_per_prompt=M, objective="trajectories"), args.repeats)
+    print(f"  allocate_roots, objective=trajectories: {t_traj:.3f} s  (ratio {t_traj / t_sort:.2f})")
 
     nn = args.nodes
     vp = rng.beta(0.5, 0.5, size=nn)
@@ -66,6 +69,8 @@ def main() -> None:
     k = allocate_prefixes(vp, r, nn, max_per_node=8)
     print(f"prefix allocation: {nn:,} nodes, K=8, budget {nn:,}")
     print(f"  allocate_prefixes: {t_pref:.3f} s   (goal <= 2 s); used {int(k.sum()):,}")
+    t_ptraj = best_time(lambda: allocate_prefixes(vp, r, nn, max_per_node=8, objective="trajectories"), 1)
+    print(f"  allocate_prefixes, objective=trajectories: {t_ptraj:.3f} s")
 
     nc = min(n, 200_000)
     cost = rng.integers(1, 9, size=nc).astype(np.float64)

@@ -18,8 +18,9 @@ import time
 import numpy as np
 
 from trace_core.envs import make_env, replay
-from trace_core.envs.answers import check_math, check_qa
-from trace_core.envs.fc_check import ast_match, schema_error, to_json_schema
+from trace_core.envs.fc.check import ast_match, schema_error, to_json_schema
+from trace_core.envs.math.answers import check_math
+from trace_core.envs.qa.answers import check_qa
 from trace_core.envs.synthetic import demonstration, generate_tasks
 
 

@@ -98,7 +98,7 @@ def train(
     cfg = _train_config(config, set_, home)
     from flows.train import train_flow
 
-    summary = train_flow(cfg.model_dump(mode="json"), run_id=run_id, home=str(home.resolve()),
+    summary = train_flow(cfg, run_id=run_id, home=str(home.resolve()),
                          tracking_uri=tracking_uri)
     typer.echo(summary.get("report", ""))
 
@@ -117,9 +117,41 @@ def compare(
     cfg = _train_config(config, set_, home)
     from flows.compare import compare_flow
 
-    out = compare_flow(cfg.model_dump(mode="json"), strategies=[s.strip() for s in strategies.split(",") if s.strip()],
+    out = compare_flow(cfg, strategies=[s.strip() for s in strategies.split(",") if s.strip()],
                        seeds=seeds, home=str(home.resolve()), run_id=run_id, tracking_uri=tracking_uri)
     typer.echo(out.get("report", ""))
+
+
+@app.command()
+def headroom(
+    run_id: str = typer.Option(..., "--run-id", help="A finished (or partly finished) training run."),
+    home: Path = HomeOpt,
+    config: Path = ConfigOpt,
+    set_: list[str] = SetOpt,
+    iterations: str = typer.Option("0,1", "--iterations", help="Comma-separated iterations to replay."),
+    samples: int = typer.Option(16, "--samples", min=2, max=256, help="Episodes per prompt for the true v."),
+) -> None:
+    """Sample every candidate prompt of the chosen iterations under the checkpoint they started
+    from (their true success probability), then replay each root rule with the predictor's and
+    with the true values: effective ratio lost to prediction vs left by the allocation."""
+    from trace_core.run import RunRef
+
+    saved = RunRef(str(home.resolve()), run_id).artifacts_dir / "config.yaml"
+    cfg = _train_config(config or (saved if saved.is_file() else None), set_, home)
+    try:
+        its = [int(x) for x in iterations.split(",") if x.strip()]
+    except ValueError:
+        _fail(ValueError(f"--iterations must be comma-separated integers, got {iterations!r}"))
+    from trace_core.headroom import headroom as measure
+
+    try:
+        table = measure(cfg, RunRef(str(home.resolve()), run_id), its, samples=samples)
+    except FileNotFoundError as err:
+        _fail(err)
+    with_pct = table.with_columns([(table[c] * 100).round(1) for c in ("predicted", "oracle", "lost_to_prediction")
+                                   if c in table.columns])
+    typer.echo(f"expected effective ratio (%) under sampled true v ({samples} episodes per prompt), run {run_id}")
+    typer.echo(str(with_pct))
 
 
 @app.command()

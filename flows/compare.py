@@ -6,7 +6,6 @@ column, so the named SQL queries compare them."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import polars as pl
 from prefect import flow, get_run_logger
@@ -15,6 +14,7 @@ from prefect.artifacts import create_markdown_artifact
 from flows.train import train_flow
 from trace_core.compare import comparison_markdown, comparison_table
 from trace_core.config import TrainConfig
+from trace_core.run import RunRef
 from trace_core.shards import table_dir
 from tracking.mlflow_tracker import Tracker
 from tracking.plots_compare import plot_accuracy_vs_tokens, plot_effective_by_iteration
@@ -31,7 +31,7 @@ def read_iterations(home: str, run_ids: list[str]) -> pl.DataFrame:
 
 
 @flow(name="trace-compare", log_prints=True)
-def compare_flow(config: dict, strategies: list[str], seeds: int = 1, home: str = ".trace-home",
+def compare_flow(config: TrainConfig, strategies: list[str], seeds: int = 1, home: str = ".trace-home",
                  run_id: str | None = None, tracking_uri: str | None = None) -> dict:
     """Train each of ``strategies`` for each of ``seeds`` seeds; report the table and plots."""
     base = TrainConfig.model_validate(config)
@@ -48,12 +48,12 @@ def compare_flow(config: dict, strategies: list[str], seeds: int = 1, home: str 
             cfg.run.seed = base.run.seed + seed
             child = child_run_id(cid, strat, seed)
             log.info("compare %s: %s seed %d -> run %s", cid, strat, seed, child)
-            train_flow(TrainConfig.model_validate(cfg.model_dump()).model_dump(mode="json"), run_id=child,
+            train_flow(TrainConfig.model_validate(cfg.model_dump()), run_id=child,
                        home=home, tracking_uri=tracking_uri, parent_tracking_run=cid)
             children.append(child)
     iterations = read_iterations(home, children)
     table = comparison_table(iterations, order=strategies)
-    out = Path(home) / "runs" / cid / "artifacts"
+    out = RunRef(home, cid).artifacts_dir
     out.mkdir(parents=True, exist_ok=True)
     plots = [plot_effective_by_iteration(iterations, out / "effective_ratio_by_iteration.png"),
              plot_accuracy_vs_tokens(iterations, out / "accuracy_vs_tokens.png")]

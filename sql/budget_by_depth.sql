@@ -1,18 +1,12 @@
 -- Where did the budget go: how many trajectories and tokens were spent branching at each depth?
-WITH scoped AS (
-    SELECT *
-    FROM trajectory_groups
-    WHERE $run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR
-),
-
-by_depth AS (
+WITH by_depth AS (
     SELECT
         run_id,
         anchor_depth,
         sum(trajectories)::BIGINT AS trajectories,
         sum(tokens)::BIGINT AS tokens,
         coalesce(sum(trajectories) FILTER (WHERE contrastive), 0)::BIGINT AS effective
-    FROM scoped
+    FROM scoped_groups($run_id::VARCHAR)
     GROUP BY run_id, anchor_depth
 )
 

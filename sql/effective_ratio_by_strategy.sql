@@ -1,11 +1,5 @@
 -- Which allocation strategy turns its budget into contrastive (learning) samples?
 -- effective_per_1k_tokens: effective trajectories per 1000 generated tokens.
-WITH scoped AS (
-    SELECT *
-    FROM trajectory_groups
-    WHERE $run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR
-)
-
 SELECT
     strategy,
     count(DISTINCT run_id) AS runs,
@@ -14,6 +8,6 @@ SELECT
     round(coalesce(sum(trajectories) FILTER (WHERE contrastive), 0) / sum(trajectories), 4) AS effective_ratio,
     sum(tokens)::BIGINT AS tokens,
     round(1000 * coalesce(sum(trajectories) FILTER (WHERE contrastive), 0) / nullif(sum(tokens), 0), 4) AS effective_per_1k_tokens
-FROM scoped
+FROM scoped_groups($run_id::VARCHAR)
 GROUP BY strategy
 ORDER BY effective_ratio DESC, strategy;

@@ -1,16 +1,9 @@
 -- Is the success predictor calibrated? Predictions (made before the outcome) in ten equal-width
 -- bins of v_pred, per kind (root = prompt, prefix = partial trajectory); outcome weighted by the
 -- number of outcomes behind it.
-WITH scoped AS (
-    SELECT
-        kind,
-        v_pred,
-        outcome,
-        coalesce(weight, 1.0) AS weight,
-        least(floor(v_pred * 10), 9)::INTEGER AS bin
-    FROM predictions
-    WHERE ($run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR)
-        AND v_pred IS NOT NULL AND outcome IS NOT NULL
+WITH binned AS (
+    SELECT kind, v_pred, outcome, weight, least(floor(v_pred * 10), 9)::INTEGER AS bin
+    FROM scored_predictions($run_id::VARCHAR)
 )
 
 SELECT
@@ -23,6 +16,6 @@ SELECT
     round(avg(v_pred), 4) AS mean_pred,
     round(sum(outcome * weight) / sum(weight), 4) AS mean_outcome,
     round(sum(outcome * weight) / sum(weight) - avg(v_pred), 4) AS gap
-FROM scoped
+FROM binned
 GROUP BY kind, bin
 ORDER BY kind, bin;

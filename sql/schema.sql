@@ -176,3 +176,19 @@ SELECT
     run_id, strategy, iteration, prompt_id, task, difficulty, 'extension' AS origin,
     anchor_id, anchor_depth, trajectories, tokens, successes, contrastive
 FROM extension_groups;
+
+-- The trajectory_groups of one run, or of every run when run_filter is NULL: the scope every
+-- named query over groups starts from, written once (`FROM scoped_groups($run_id::VARCHAR)`).
+-- A table macro is expanded into the query that calls it, so the filter still reaches the scan.
+CREATE OR REPLACE MACRO scoped_groups(run_filter) AS TABLE
+SELECT *
+FROM trajectory_groups
+WHERE run_filter IS NULL OR run_id = run_filter;
+
+-- The predictions of one run (every run when run_filter is NULL) whose outcome is known, a
+-- missing weight counting as one outcome: what the predictor-quality queries score.
+CREATE OR REPLACE MACRO scored_predictions(run_filter) AS TABLE
+SELECT * REPLACE (coalesce(weight, 1.0) AS weight)
+FROM predictions
+WHERE (run_filter IS NULL OR run_id = run_filter)
+    AND v_pred IS NOT NULL AND outcome IS NOT NULL;

@@ -1,10 +1,4 @@
 -- Which prompts soaked up the most wasted trajectories (all iterations together)? Top 20.
-WITH scoped AS (
-    SELECT *
-    FROM trajectory_groups
-    WHERE $run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR
-)
-
 SELECT
     run_id,
     prompt_id,
@@ -14,7 +8,7 @@ SELECT
     sum(trajectories)::BIGINT AS trajectories,
     coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted,
     round(sum(successes) / sum(trajectories), 4) AS mean_reward
-FROM scoped
+FROM scoped_groups($run_id::VARCHAR)
 GROUP BY run_id, prompt_id
 HAVING coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0) > 0
 ORDER BY wasted DESC, run_id, prompt_id

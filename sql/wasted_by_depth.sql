@@ -1,11 +1,5 @@
 -- At which branching depth is budget wasted? anchor_depth 0 = raw rollouts from the prompt,
 -- t > 0 = continuations from the prefix after turn t.
-WITH scoped AS (
-    SELECT *
-    FROM trajectory_groups
-    WHERE $run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR
-)
-
 SELECT
     run_id,
     anchor_depth,
@@ -13,6 +7,6 @@ SELECT
     coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted,
     round(coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0) / sum(trajectories), 4) AS wasted_share,
     coalesce(sum(tokens) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted_tokens
-FROM scoped
+FROM scoped_groups($run_id::VARCHAR)
 GROUP BY run_id, anchor_depth
 ORDER BY run_id, anchor_depth;

@@ -1,11 +1,5 @@
 -- Where was the rollout budget wasted, iteration by iteration?
 -- wasted = generated trajectories in zero-contrast groups (see the trajectory_groups view).
-WITH scoped AS (
-    SELECT *
-    FROM trajectory_groups
-    WHERE $run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR
-)
-
 SELECT
     run_id,
     any_value(strategy) AS strategy,
@@ -16,6 +10,6 @@ SELECT
     round(coalesce(sum(trajectories) FILTER (WHERE contrastive), 0) / sum(trajectories), 4) AS effective_ratio,
     sum(tokens)::BIGINT AS tokens,
     coalesce(sum(tokens) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted_tokens
-FROM scoped
+FROM scoped_groups($run_id::VARCHAR)
 GROUP BY run_id, iteration
 ORDER BY run_id, iteration;

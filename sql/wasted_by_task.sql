@@ -1,10 +1,4 @@
 -- Which task family wastes the most rollouts?
-WITH scoped AS (
-    SELECT *
-    FROM trajectory_groups
-    WHERE $run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR
-)
-
 SELECT
     run_id,
     task,
@@ -13,6 +7,6 @@ SELECT
     round(coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0) / sum(trajectories), 4) AS wasted_share,
     round(sum(successes) / sum(trajectories), 4) AS mean_reward,
     coalesce(sum(tokens) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted_tokens
-FROM scoped
+FROM scoped_groups($run_id::VARCHAR)
 GROUP BY run_id, task
 ORDER BY run_id, wasted DESC, task;

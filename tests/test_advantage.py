@@ -78,6 +78,68 @@ def test_all_equal_group_gets_zero():
 
 def test_registry_rejects_duplicates_and_lists_known():
     with pytest.raises(ValueError, match="already registered"):
-        register_adv_est("grpo")(lambda nodes, cfg: np.zeros(len(nodes)))
+        register_adv_est("grpo")(lambda nodes, stats, cfg: np.zeros(len(nodes)))
     with pytest.raises(KeyError, match="known: grpo, tree"):
         get_adv_est("nope")
+
+
+def test_unknown_estimator_is_rejected_at_config_time():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="unknown advantage estimator 'nope'; known: grpo, tree"):
+        AdvantageConfig(estimator="nope")
+
+
+def _random_trees(seed: int, graded: bool) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for p in range(6):
+        rows.append(_node(f"p{p}", None, prompt=f"p{p}"))
+        open_ = [f"p{p}"]
+        for k in range(int(rng.integers(1, 20))):
+            nid, leaf = f"p{p}.{k}", bool(rng.random() < 0.45)
+            r = (float(rng.random()) if graded else float(rng.integers(2))) if leaf and rng.random() > 0.1 else None
+            rows.append(_node(nid, open_[int(rng.integers(len(open_)))], r, leaf, prompt=f"p{p}"))
+            if not leaf:
+                open_.append(nid)
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_subtree_stats_match_brute_force(seed):
+    from trace_core.rollout_nodes import finalize_tree, path_to_root, subtree_stats
+
+    rows = _random_trees(seed, graded=seed % 2 == 1)
+    nodes = nodes_frame(rows)
+    st = subtree_stats(nodes)
+    parent = {r["node_id"]: r["parent_id"] for r in rows}
+    below: dict[str, list[float]] = {r["node_id"]: [] for r in rows}
+    for r in rows:
+        if r["is_leaf"] and r["reward"] is not None:
+            for a in path_to_root(r["node_id"], parent):
+                below[a].append(r["reward"])
+    for k, r in enumerate(rows):
+        got = below[r["node_id"]]
+        assert st.count[k] == len(got)
+        assert st.children[k] == sum(p == r["node_id"] for p in parent.values())
+        if got:
+            assert st.mean[k] == pytest.approx(np.mean(got)) and st.std[k] == pytest.approx(np.std(got), abs=1e-7)
+        else:
+            assert np.isnan(st.mean[k]) and np.isnan(st.std[k])
+    # compute_advantages fills the subtree columns itself, exactly as finalize_tree does
+    out, fin = compute_advantages(nodes), finalize_tree(nodes)
+    for col in ("subtree_mean_reward", "subtree_count"):
+        assert out[col].to_list() == fin[col].to_list()
+
+
+def test_unknown_estimator_in_a_run_config_names_the_field():
+    from pydantic import BaseModel
+
+    from trace_core.config_io import ConfigError, load_config
+
+    class Section(BaseModel):  # the ``advantage`` section as the run config nests it
+        advantage: AdvantageConfig = AdvantageConfig()
+
+    with pytest.raises(ConfigError) as err:
+        load_config(Section, None, ["advantage.estimator=nope"])
+    assert "advantage.estimator" in str(err.value) and "'nope'" in str(err.value) and "grpo, tree" in str(err.value)

@@ -1,12 +1,20 @@
-"""Exact solvers against brute-force DP, cost-budget bound, validation, hypothesis invariants."""
+"""Exact solvers against brute-force DP, cost-budget bound, validation, hypothesis invariants;
+both objectives (groups, trajectories), prices (min_gain) and the marginal threshold."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trace_core.allocation import allocate_prefixes, allocate_roots
-from trace_core.utility import prefix_value_table, root_value_table
+from trace_core.allocation import allocate_prefixes, allocate_roots, marginal_threshold
+from trace_core.allocation.hull import table_vertices, vertex_slopes
+from trace_core.allocation.knapsack import solve_table
+from trace_core.utility import (
+    prefix_objective_table,
+    prefix_value_table,
+    root_objective_table,
+    root_value_table,
+)
 
 
 # ----------------------------------------------------------------------------- brute force
@@ -247,3 +255,173 @@ def test_prefix_invariants(vr, budget, K):
     perm = np.random.default_rng(len(v)).permutation(len(v))
     k_p = allocate_prefixes(v[perm], r[perm], budget, max_per_node=K)
     assert prefix_value(v[perm], r[perm], k_p, K) == pytest.approx(val, abs=1e-9)
+
+
+# ----------------------------------------------------------------------------- objectives and prices
+def _priced(table: np.ndarray, mu: float) -> np.ndarray:
+    return table - mu * np.arange(table.shape[1])[None, :]
+
+
+def _random_price(rng) -> float:
+    return float(rng.choice([0.0, 0.0, 0.05, rng.random() * 0.5, rng.random() * 2.0]))
+
+
+@pytest.mark.parametrize("objective", ["groups", "trajectories"])
+def test_objectives_and_prices_equal_brute_force(objective):
+    """Both problems, priced or not; every bought step is worth >= the price per unit."""
+    rng = np.random.default_rng(10 if objective == "groups" else 11)
+    for _ in range(500):
+        n, M = int(rng.integers(1, 8)), int(rng.integers(1, 9))
+        a = int(rng.integers(1, M + 1))
+        v, r = _random_probs(rng, n), rng.integers(0, 2, size=n).astype(float)
+        budget = int(rng.choice([0, 1, rng.integers(0, n * M + 1), n * M + 5]))
+        mu = _random_price(rng)
+        m = allocate_roots(v, budget, max_per_prompt=M, min_active=a, objective=objective, min_gain=mu)
+        k = allocate_prefixes(v, r, budget, max_per_node=M, objective=objective, min_gain=mu)
+        _check_roots(m, budget, M, a)
+        assert k.dtype.kind == "i" and np.all((k >= 0) & (k <= M)) and k.sum() <= budget
+        for x, table, options, lo in [(m, root_objective_table(v, M, objective), [0, *range(a, M + 1)], a),
+                                      (k, prefix_objective_table(v, r, M, objective), list(range(M + 1)), 1)]:
+            opt = _dp(_priced(table, mu), options, np.ones(n, dtype=int), budget)
+            assert _priced(table, mu)[np.arange(n), x].sum() == pytest.approx(opt, abs=1e-9)
+            assert x.sum() == 0 or marginal_threshold(table, x, min_active=lo) >= mu - 1e-9
+
+
+def _random_table(rng, n, M):
+    """(M+1, N) arbitrary values (any shape, some counts not allowed), F[0] = 0."""
+    F = rng.random((M + 1, n)) * rng.choice([1.0, 5.0]) * np.arange(M + 1)[:, None] ** rng.choice([0.5, 1.0, 2.0])
+    F[rng.random((M + 1, n)) < 0.25] = -np.inf
+    F[0] = 0.0
+    return F
+
+
+def test_general_hull_and_solver_on_arbitrary_tables():
+    rng = np.random.default_rng(17)
+    for _ in range(300):
+        n, M = int(rng.integers(1, 7)), int(rng.integers(1, 9))
+        F = _random_table(rng, n, M)
+        vertex = table_vertices(F)
+        S = vertex_slopes(F, vertex)
+        hull = np.vstack([np.zeros(n), np.cumsum(S, axis=0)])
+        ok = np.isfinite(F)
+        assert np.all(hull[ok] >= F[ok] - 1e-9) and np.allclose(hull[vertex], F[vertex])
+        for m in range(M + 1):  # brute force: a vertex is on no chord's strict underside
+            for i in range(n):
+                under = any(ok[a, i] and ok[b, i] and F[m, i] < F[a, i] + (F[b, i] - F[a, i]) * (m - a) / (b - a)
+                            for a in range(m) for b in range(m + 1, M + 1))
+                assert vertex[m, i] == (ok[m, i] and not under)
+        budget, mu = int(rng.integers(0, n * M + 2)), float(rng.choice([0.0, rng.random()]))
+        x = solve_table(F, budget, min_gain=mu)
+        priced = (F - mu * np.arange(M + 1)[:, None]).T
+        assert x.sum() <= budget and np.all(np.isfinite(priced[np.arange(n), x]))
+        opt = _dp(np.where(np.isfinite(priced), priced, -1e9), list(range(M + 1)), np.ones(n, dtype=int), budget)
+        assert priced[np.arange(n), x].sum() == pytest.approx(opt, abs=1e-9)
+
+
+def test_trajectory_objectives_with_many_ties_at_scale():
+    """Hundreds of tied items through the general hull, the tie fill and the repair's core."""
+    rng = np.random.default_rng(14)
+    for i in range(16):
+        n, M = int(rng.integers(50, 300)), int(rng.integers(3, 9))
+        a = min(int(rng.integers(1, 4)), M)
+        v = rng.choice([0.01, 0.03, 0.1, 0.5, 0.9, 0.97, 1.0], size=n) if i % 2 else rng.beta(0.3, 0.3, n)
+        r = rng.integers(0, 2, size=n).astype(float)
+        budget, mu = int(rng.integers(0, n * M)), float(rng.choice([0.0, rng.random()]))
+        m = allocate_roots(v, budget, max_per_prompt=M, min_active=a, objective="trajectories", min_gain=mu)
+        table = _priced(root_objective_table(v, M, "trajectories"), mu)
+        opt = _dp(table, [0, *range(a, M + 1)], np.ones(n, dtype=int), budget)
+        assert table[np.arange(n), m].sum() == pytest.approx(opt, abs=1e-8)
+        k = allocate_prefixes(v, r, budget, max_per_node=M, objective="trajectories", min_gain=mu)
+        table = _priced(prefix_objective_table(v, r, M, "trajectories"), mu)
+        opt = _dp(table, list(range(M + 1)), np.ones(n, dtype=int), budget)
+        assert table[np.arange(n), k].sum() == pytest.approx(opt, abs=1e-8)
+
+
+def test_trajectories_objective_is_not_concave_and_differs_from_groups():
+    # V_root(v, m) rises with m, so a rollout is worth most inside a full group: counting
+    # trajectories, 8 rollouts go to one prompt; counting groups, they spread (2+2+2+2 ties 3+3+2).
+    v = np.full(4, 0.5)
+    assert allocate_roots(v, 8, objective="trajectories").tolist() == [8, 0, 0, 0]
+    assert allocate_roots(v, 8).tolist() == [3, 3, 2, 0]
+    assert allocate_roots(v, 8, objective="groups").tolist() == [3, 3, 2, 0]  # the default
+    # A prefix with q = 0.9: 1 continuation is worth 2 * 0.1 = 0.2 trajectories, 4 are worth 5 * 0.34.
+    k = allocate_prefixes(np.full(4, 0.9), np.ones(4), 4, max_per_node=4, objective="trajectories")
+    assert k.tolist() == [4, 0, 0, 0]
+    assert allocate_prefixes(np.full(4, 0.9), np.ones(4), 4, max_per_node=4).tolist() == [1, 1, 1, 1]
+
+
+def test_min_gain_leaves_out_steps_worth_less():
+    v = np.array([0.5, 0.5, 0.02])  # V_root(v, 2) / 2 = v (1 - v): 0.25, 0.25, 0.0196
+    assert allocate_roots(v, 100, max_per_prompt=2).tolist() == [2, 2, 2]
+    assert allocate_roots(v, 100, max_per_prompt=2, min_gain=0.1).tolist() == [2, 2, 0]
+    assert allocate_roots(v, 100, max_per_prompt=2, min_gain=0.25).tolist() == [0, 0, 0]  # ties: left out
+    # Continuation gains q^(k-1) (1 - q): q = 0.5 gives 0.5, 0.25, 0.125 | 0.0625; q = 0.9 gives 0.1 | 0.09.
+    k = allocate_prefixes(np.array([0.5, 0.9]), np.ones(2), 100, max_per_node=8, min_gain=0.095)
+    assert k.tolist() == [3, 1]
+
+
+def test_marginal_threshold_definition_and_shared_price():
+    v = np.array([0.5, 0.5, 0.5])
+    table = root_objective_table(v, 8)
+    assert marginal_threshold(table, allocate_roots(v, 4), min_active=2) == pytest.approx(0.25)
+    assert marginal_threshold(table, np.array([3, 0, 0]), min_active=2) == pytest.approx(0.25)  # collinear
+    assert marginal_threshold(table, np.array([4, 2, 0]), min_active=2) == pytest.approx(0.125)
+    assert marginal_threshold(table, np.zeros(3, dtype=int)) == 0.0
+    assert marginal_threshold(table, np.array([4, 2, 0]), min_active=2, cost=2.0) == pytest.approx(0.0625)
+    # Brute-force definition: the cheapest per-unit value of giving back a bought step.
+    rng = np.random.default_rng(15)
+    for _ in range(200):
+        n, M, a = int(rng.integers(1, 6)), 6, int(rng.integers(1, 4))
+        tab = root_objective_table(_random_probs(rng, n), M, rng.choice(["groups", "trajectories"]))
+        m = rng.choice([0, *range(a, M + 1)], size=n)
+        steps = [(tab[i, m[i]] - tab[i, lo]) / (m[i] - lo) for i in range(n) for lo in [0, *range(a, M + 1)]
+                 if lo < m[i]]
+        assert marginal_threshold(tab, m, min_active=a) == pytest.approx(min(steps) if steps else 0.0)
+    # One price across stages: the prefix stage priced at the threshold of its own budget-B
+    # solution buys exactly that solution back from an unlimited budget (concave gains, no ties).
+    v, r = rng.random(40), rng.integers(0, 2, 40).astype(float)
+    for budget in (1, 17, 100):
+        k = allocate_prefixes(v, r, budget)
+        lam = marginal_threshold(prefix_objective_table(v, r, 8), k)
+        again = allocate_prefixes(v, r, 10_000, min_gain=float(np.nextafter(lam, 0.0)))
+        assert again.tolist() == k.tolist()
+
+
+def test_objectives_with_costs():
+    rng = np.random.default_rng(16)
+    for _ in range(200):
+        n, M = int(rng.integers(1, 6)), int(rng.integers(2, 7))
+        v, w = _random_probs(rng, n), rng.integers(1, 6, size=n)
+        r = rng.integers(0, 2, size=n).astype(float)
+        budget, mu = int(rng.integers(0, int(w.sum()) * M + 2)), float(rng.choice([0.0, 0.05]))
+        m = allocate_roots(v, budget, max_per_prompt=M, cost=w, objective="trajectories", min_gain=mu)
+        assert (w * m).sum() <= budget and np.all((m == 0) | ((m >= 2) & (m <= M)))
+        table = root_objective_table(v, M, "trajectories") - mu * w[:, None] * np.arange(M + 1)[None, :]
+        opt = _dp(table, [0, *range(2, M + 1)], w, budget)
+        assert table[np.arange(n), m].sum() >= 0.5 * opt - 1e-9
+        if m.sum():
+            assert marginal_threshold(table + mu * w[:, None] * np.arange(M + 1), m, min_active=2,
+                                      cost=w) >= mu - 1e-9
+        k = allocate_prefixes(v, r, budget, max_per_node=M, cost=w, objective="trajectories")
+        table = prefix_objective_table(v, r, M, "trajectories")
+        assert (w * k).sum() <= budget
+        assert table[np.arange(n), k].sum() >= 0.5 * _dp(table, list(range(M + 1)), w, budget) - 1e-9
+    v = rng.random(6)
+    m = allocate_roots(v, 37.5, cost=2.5, objective="trajectories", min_gain=0.01)  # 15 rollouts, 0.025 each
+    assert m.tolist() == allocate_roots(v, 15, objective="trajectories", min_gain=0.025).tolist()
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: allocate_roots([0.5], 4, objective="rollouts"), "objective"),
+        (lambda: allocate_prefixes([0.5], [1.0], 4, objective="group"), "objective"),
+        (lambda: allocate_roots([0.5], 4, min_gain=-0.1), "min_gain"),
+        (lambda: allocate_prefixes([0.5], [1.0], 4, min_gain=np.nan), "min_gain"),
+        (lambda: marginal_threshold(np.zeros((2, 3)), np.array([1])), "counts"),
+        (lambda: marginal_threshold(np.zeros((2, 3)), np.array([1, 3])), "counts"),
+    ],
+)
+def test_objective_and_price_validation(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -1,9 +1,10 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trace_core.config import TrainConfig, load_train_config
-from trace_core.config_io import ConfigError, apply_overrides, config_hash, flatten
+from trace_core.config_io import ConfigError, apply_overrides, config_hash, dump_yaml, flatten
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -52,3 +53,12 @@ def test_flatten_and_hash_are_stable():
     assert flat["allocation.budget_total"] == a.allocation.budget_total
     c = load_train_config(None, ["run.seed=5"])
     assert config_hash(c) != config_hash(a)
+
+
+def test_flatten_and_dump_yaml_take_models_and_mappings():
+    cfg = TrainConfig()
+    assert flatten(cfg) == flatten(cfg.model_dump(mode="json"))
+    assert flatten({"a": {"b": [1], "c": {}}, "d": None}, "p.") == {"p.a.b": [1], "p.d": None}
+    assert yaml.safe_load(dump_yaml(cfg)) == cfg.model_dump(mode="json")
+    assert dump_yaml(cfg) == dump_yaml(cfg.model_dump(mode="json"))
+    assert list(yaml.safe_load(dump_yaml(cfg))) == list(TrainConfig.model_fields)  # declaration order

@@ -20,3 +20,57 @@ def test_trace_core_imports_no_prefect_or_mlflow():
 def test_duckdb_only_in_store():
     users = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py") if "duckdb" in _imports(p)]
     assert users == ["store.py"], users
+
+
+REPO = ROOT.parent
+PACKAGES = ("trace_core", "tasks", "flows", "tracking")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _top_level_imports(path: Path, known: set[str]) -> set[str]:
+    """Project modules imported at module level (function-local lazy imports do not form cycles)."""
+    import ast
+
+    out: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        out |= {n for n in names if n in known}
+    return out
+
+
+def test_no_import_cycle():
+    files = {_module_name(p): p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
+    graph = {m: _top_level_imports(p, set(files)) - {m} for m, p in files.items()}
+    # a package's __init__ importing its own submodules is how it exports them, not a cycle
+    graph = {m: {d for d in deps if not d.startswith(m + ".")} for m, deps in graph.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(d):] + [d]))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_modules_stay_readable():
+    """One concept a module: nothing in the library grows past ~400 lines."""
+    long = {str(p.relative_to(REPO)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > 420}
+    assert not long, long

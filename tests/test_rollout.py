@@ -11,9 +11,9 @@ from trace_core.engines.hf import HFEngine
 from trace_core.envs import make_env
 from trace_core.envs.synthetic import demonstration, generate_tasks
 from trace_core.policy.update import build_sequences
-from trace_core.rollout import RolloutConfig, extend_prefixes, run_rollouts
-from trace_core.rollout_nodes import finalize_tree, trajectories
-from trace_core.tree import NODE_SCHEMA
+from trace_core.rollout import RolloutConfig, evaluate_rewards, extend_prefixes, run_rollouts
+from trace_core.rollout_nodes import finalize_tree, root_rows, trajectories
+from trace_core.tree import NODE_SCHEMA, node_id
 
 FAMILIES = ("math", "qa", "fc")
 
@@ -148,6 +148,40 @@ def test_context_limit_ends_episodes(chat, envs):
                        "malformed_call", "unknown_tool", "bad_arguments", "tool_error", "empty_answer",
                        "unparsable_answer", "token_limit"}
     assert nodes["depth"].max() <= 3
+
+
+def test_root_rows_head_the_rollout_trees(chat, envs):
+    tasks = _tasks()
+    eng = HFEngine(spread_model(seed=2), chat)
+    counts, v = [2, 0, 3, 1, 0, 2], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    nodes = run_rollouts(eng, chat, envs, tasks, counts, sampling=SamplingConfig(max_new_tokens=8, seed=1),
+                         cfg=RolloutConfig(max_turns=2, progress=False), run_id="r", iteration=3, strategy="s",
+                         v_pred=v, seed=7)
+    chosen = [i for i, m in enumerate(counts) if m]
+    want = root_rows("r", 3, "s", [tasks[i] for i in chosen], counts=[counts[i] for i in chosen],
+                     v_pred=[v[i] for i in chosen])
+    got = nodes.filter(pl.col("origin") == "root")
+    assert got.drop("created_at", "subtree_mean_reward", "subtree_count").equals(
+        want.drop("created_at", "subtree_mean_reward", "subtree_count"))
+    assert got["action_text"].to_list() == [tasks[i].question for i in chosen]  # what the predictor reads
+    assert got["node_id"].to_list() == [node_id("r", 3, tasks[i].prompt_id, "root") for i in chosen]
+    pool = root_rows("r", 3, "s", tasks)  # the candidate pool before allocation: no decision yet
+    assert pool.schema == pl.Schema(NODE_SCHEMA) and pool["alloc_children"].null_count() == len(tasks)
+    with pytest.raises(ValueError, match="counts"):
+        root_rows("r", 3, "s", tasks, counts=[1])
+
+
+def test_evaluate_rewards_plays_the_rollout_episodes(chat, envs):
+    tasks = _tasks()
+    eng = HFEngine(spread_model(seed=2), chat)
+    s, cfg = SamplingConfig(max_new_tokens=12, seed=1), RolloutConfig(max_turns=3, progress=False)
+    rewards = evaluate_rewards(eng, chat, envs, tasks, 3, sampling=s, cfg=cfg, seed=7)
+    assert rewards.shape == (len(tasks), 3)
+    nodes = run_rollouts(eng, chat, envs, tasks, [3] * len(tasks), sampling=s, cfg=cfg, run_id="r", seed=7)
+    leaf = {r["trajectory_id"]: r["reward"] for r in nodes.filter(pl.col("is_leaf")).iter_rows(named=True)}
+    want = [[leaf[node_id("r", 0, t.prompt_id, f"r{j}")] for j in range(3)] for t in tasks]
+    assert rewards.tolist() == want  # row i = tasks[i], column j = rollout j: the same episodes
+    assert evaluate_rewards(eng, chat, envs, [], 2, sampling=s, cfg=cfg).shape == (0, 2)
 
 
 def test_engine_request_shape(chat):

@@ -49,3 +49,15 @@ def test_config_errors_name_the_field():
         SimulateConfig(turns=1)
     with pytest.raises(ValidationError, match="extra"):
         SimulateConfig(bogus=1)
+
+
+def test_trajectory_root_objective_spends_the_budget_on_fewer_full_groups():
+    def run(objective):
+        cfg = SimulateConfig(iterations=2, seeds=3, strategies=["trace"], coverage_rows=False,
+                             allocation={"budget_total": 256, "root_objective": objective})
+        return run_simulation(cfg).row(0, named=True)
+
+    groups, trajectories = run("groups"), run("trajectories")
+    assert groups["trajectories"] == trajectories["trajectories"] == 256  # equal budget, fully spent
+    assert trajectories["prompts"] == 128 / 8 < groups["prompts"]  # m in {0, M}: full groups only
+    assert trajectories["effective_ratio"] > groups["effective_ratio"]

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from trace_core.strategies import (
+from trace_core.allocation import allocate_prefixes, allocate_roots
+from trace_core.allocation.strategies import (
     AllocationConfig,
     Strategy,
     get_strategy,
@@ -91,3 +92,38 @@ def test_token_budget_buys_more_short_continuations():
     k = s.allocate_prefixes(v, r, 5 - remaining, remaining, 2, cfg, None)
     assert (k * remaining).sum() <= 2 * 4
     assert k.sum() > 2  # more than two continuations with a 2-episode budget
+
+
+def test_objectives_default_to_groups_and_are_validated():
+    cfg = AllocationConfig()
+    assert cfg.root_objective == "groups" and cfg.prefix_objective == "groups"
+    with pytest.raises(ValidationError, match="root_objective"):
+        AllocationConfig(root_objective="rollouts")
+    with pytest.raises(ValidationError, match="prefix_objective"):
+        AllocationConfig(prefix_objective="group")
+    fields = AllocationConfig.model_fields
+    assert "trajectories" in fields["root_objective"].description
+    assert "trajectories" in fields["prefix_objective"].description
+
+
+@pytest.mark.parametrize("name", ["trace", "trace-root", "trace-prefix"])
+def test_trace_strategies_pass_the_objectives_through(name):
+    rng = np.random.default_rng(3)
+    v, vp, r = rng.random(64), rng.random(90), rng.integers(0, 2, 90).astype(float)
+    remaining = rng.integers(1, 5, 90)
+    cfg = AllocationConfig(strategy=name, budget_total=96, root_objective="trajectories",
+                           prefix_objective="trajectories")
+    s = get_strategy(name)
+    m = s.allocate_roots(v, cfg, np.random.default_rng(0))
+    if name != "trace-prefix":
+        expect = allocate_roots(v, s.root_budget(cfg), max_per_prompt=8, min_active=2, objective="trajectories")
+        assert m.tolist() == expect.tolist()
+        assert m.tolist() != allocate_roots(v, s.root_budget(cfg)).tolist()  # the objective matters here
+    for token_budget in (False, True):
+        c = cfg.model_copy(update={"token_budget": token_budget})
+        k = s.allocate_prefixes(vp, r, 5 - remaining, remaining, 30, c, np.random.default_rng(0))
+        if name != "trace-root":
+            cost = dict(cost=remaining.astype(float)) if token_budget else {}
+            budget = 30 * remaining.max() if token_budget else 30
+            expect = allocate_prefixes(vp, r, budget, max_per_node=8, objective="trajectories", **cost)
+            assert k.tolist() == expect.tolist()

@@ -5,9 +5,11 @@ import pytest
 
 from trace_core.utility import (
     prefix_gain_table,
+    prefix_objective_table,
     prefix_utility,
     prefix_value_table,
     root_gain_table,
+    root_objective_table,
     root_utility,
     root_value_table,
 )
@@ -43,3 +45,16 @@ def test_prefix_utility_closed_form():
     g = prefix_gain_table(v, r, 5)
     assert np.allclose(g, q[:, None] ** np.arange(5)[None, :] * (1 - q[:, None]))
     assert np.allclose(prefix_value_table(v, r, 5), prefix_utility(v[:, None], r[:, None], np.arange(6)[None, :]))
+
+
+def test_objective_tables_count_groups_or_trajectories():
+    v = np.array([0.0, 0.3, 0.5])
+    r = np.array([1.0, 0.0, 1.0])
+    m = np.arange(9)[None, :]
+    assert np.array_equal(root_objective_table(v, 8), root_value_table(v, 8))
+    assert np.allclose(root_objective_table(v, 8, "trajectories"), m * root_utility(v[:, None], m))
+    assert np.array_equal(prefix_objective_table(v, r, 8, "groups"), prefix_value_table(v, r, 8))
+    assert np.allclose(prefix_objective_table(v, r, 8, "trajectories"),
+                       (m + 1) * prefix_utility(v[:, None], r[:, None], m))
+    with pytest.raises(ValueError, match="objective"):
+        root_objective_table(v, 8, "rollouts")

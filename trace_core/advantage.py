@@ -1,8 +1,9 @@
 """Advantage estimators over the node table: pure, registered functions (verl-style).
 
-Every estimator maps a finalized node table (``subtree_mean_reward`` filled) to one advantage
-per node. The advantage of a node is the advantage of *the turn that produced it*: every action
-token of that turn gets it (``policy.update`` spreads it over the tokens). Roots get null.
+Every estimator maps a node table and its ``SubtreeStats`` (one walk, shared with
+``finalize_tree``) to one advantage per node. The advantage of a node is the advantage of *the
+turn that produced it*: every action token of that turn gets it (``policy.update`` spreads it
+over the tokens). Roots get null.
 
 * ``grpo``: the leaves of one prompt form the group; ``A(node) = mean reward below node − mean
   reward of the prompt`` (optionally / std of the prompt's rewards). On an unbranched tree every
@@ -15,7 +16,7 @@ token of that turn gets it (``policy.update`` spreads it over the tokens). Roots
 
 Usage::
 
-    nodes = compute_advantages(finalize_tree(nodes), AdvantageConfig(estimator="tree"))
+    nodes = compute_advantages(nodes, AdvantageConfig(estimator="tree"))  # subtree columns filled too
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from collections.abc import Callable
 
 import numpy as np
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trace_core.registry import Registry
-from trace_core.rollout_nodes import finalize_tree
+from trace_core.rollout_nodes import SubtreeStats, finalize_tree, subtree_stats
 from trace_core.tree import NODE_SCHEMA
 
 
@@ -41,13 +42,22 @@ class AdvantageConfig(BaseModel):
                             "off by default (Dr. GRPO: std scaling over-weights near-uniform groups).")
     eps: float = Field(1e-6, gt=0, le=1.0, description="Added to the std before dividing.")
 
+    @field_validator("estimator")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        if v not in _ESTIMATORS.names():
+            raise ValueError(f"unknown advantage estimator {v!r}; known: {', '.join(_ESTIMATORS.names())}")
+        return v
 
-Estimator = Callable[[pl.DataFrame, AdvantageConfig], np.ndarray]
+
+#: ``fn(nodes, stats, cfg) -> (N,)`` float advantages, NaN = none (roots). ``nodes`` has its
+#: subtree columns filled; ``stats`` is ``subtree_stats(nodes)`` (row-aligned arrays).
+Estimator = Callable[[pl.DataFrame, SubtreeStats, AdvantageConfig], np.ndarray]
 _ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
 
 
 def register_adv_est(name: str) -> Callable[[Estimator], Estimator]:
-    """Decorator registering an estimator ``fn(nodes, cfg) -> float array, one per row (NaN = none)``."""
+    """Decorator registering an estimator ``fn(nodes, stats, cfg) -> float array, one per row (NaN = none)``."""
     return _ESTIMATORS.register(name)
 
 
@@ -55,71 +65,53 @@ def get_adv_est(name: str) -> Estimator:
     return _ESTIMATORS.get_item(name)
 
 
+def estimator_names() -> list[str]:
+    return _ESTIMATORS.names()
+
+
 def compute_advantages(nodes: pl.DataFrame, cfg: AdvantageConfig | None = None) -> pl.DataFrame:
-    """``nodes`` with the ``advantage`` column filled by ``cfg.estimator`` (subtree rewards refreshed)."""
+    """``nodes`` with ``subtree_mean_reward`` / ``subtree_count`` and ``advantage`` filled by
+    ``cfg.estimator``; the subtree walk runs once, here (no ``finalize_tree`` needed before)."""
     cfg = cfg or AdvantageConfig()
     est = get_adv_est(cfg.estimator)
-    nodes = finalize_tree(nodes)
-    adv = est(nodes, cfg)
+    stats = subtree_stats(nodes)
+    nodes = finalize_tree(nodes, stats)
+    adv = est(nodes, stats, cfg)
     return nodes.with_columns(pl.Series("advantage", adv, dtype=NODE_SCHEMA["advantage"], nan_to_null=True))
 
 
-class _TreeStats:
-    """Per-node mean / std of leaf rewards below, children counts and parents."""
-
-    def __init__(self, nodes: pl.DataFrame) -> None:
-        self.ids: list[str] = nodes["node_id"].to_list()
-        self.parent: dict[str, str | None] = dict(zip(self.ids, nodes["parent_id"].to_list(), strict=True))
-        self.children: dict[str, int] = dict.fromkeys(self.ids, 0)
-        for p in self.parent.values():
-            if p in self.children:
-                self.children[p] += 1
-        s1, s2, n = dict.fromkeys(self.ids, 0.0), dict.fromkeys(self.ids, 0.0), dict.fromkeys(self.ids, 0)
-        for nid, leaf, r in zip(self.ids, nodes["is_leaf"].to_list(), nodes["reward"].to_list(), strict=True):
-            if not leaf or r is None:
-                continue
-            cur: str | None = nid
-            while cur is not None and cur in n:
-                s1[cur] += r
-                s2[cur] += r * r
-                n[cur] += 1
-                cur = self.parent.get(cur)
-        self.mean = {i: s1[i] / n[i] if n[i] else np.nan for i in self.ids}
-        self.std = {i: float(np.sqrt(max(s2[i] / n[i] - self.mean[i] ** 2, 0.0))) if n[i] else np.nan
-                    for i in self.ids}
-
-    def advantage(self, nid: str, anchor: str | None, cfg: AdvantageConfig) -> float:
-        if anchor is None or np.isnan(self.mean[nid]) or np.isnan(self.mean[anchor]):
-            return 0.0
-        a = self.mean[nid] - self.mean[anchor]
-        return a / (self.std[anchor] + cfg.eps) if cfg.scale_std else a
+def _relative(st: SubtreeStats, k: int, anchor: int, cfg: AdvantageConfig) -> float:
+    """Mean reward below row ``k`` minus that below row ``anchor`` (0 without an anchor or rewards)."""
+    if anchor < 0 or np.isnan(st.mean[k]) or np.isnan(st.mean[anchor]):
+        return 0.0
+    a = float(st.mean[k] - st.mean[anchor])
+    return a / (float(st.std[anchor]) + cfg.eps) if cfg.scale_std else a
 
 
 @register_adv_est("grpo")
-def grpo_advantage(nodes: pl.DataFrame, cfg: AdvantageConfig) -> np.ndarray:
+def grpo_advantage(nodes: pl.DataFrame, st: SubtreeStats, cfg: AdvantageConfig) -> np.ndarray:
     """Group = all leaves of the prompt's root. Returns (N,) with NaN for roots."""
-    st = _TreeStats(nodes)
     out = np.full(len(st.ids), np.nan)
     for k, nid in enumerate(st.ids):
         if st.parent[nid] is None:
             continue
-        root = nid
-        while st.parent.get(root) is not None:
-            root = st.parent[root]  # type: ignore[assignment]
-        out[k] = st.advantage(nid, root if st.children[root] > 1 else None, cfg)
+        root = k
+        while st.parent_row[root] >= 0:
+            root = int(st.parent_row[root])
+        grouped = st.parent[st.ids[root]] is None and st.children[root] > 1  # a root with >= 2 rollouts
+        out[k] = _relative(st, k, root if grouped else -1, cfg)
     return out
 
 
 @register_adv_est("tree")
-def tree_advantage(nodes: pl.DataFrame, cfg: AdvantageConfig) -> np.ndarray:
+def tree_advantage(nodes: pl.DataFrame, st: SubtreeStats, cfg: AdvantageConfig) -> np.ndarray:
     """Anchor = nearest ancestor with > 1 child. Returns (N,) with NaN for roots."""
-    st = _TreeStats(nodes)
     out = np.full(len(st.ids), np.nan)
     for k, nid in enumerate(st.ids):
-        anchor = st.parent[nid]
-        if anchor is None:
+        if st.parent[nid] is None:
             continue
-        while anchor is not None and st.children.get(anchor, 0) < 2:
-            anchor = st.parent.get(anchor)
-        out[k] = st.advantage(nid, anchor, cfg)
+        anchor = int(st.parent_row[k])
+        while anchor >= 0 and st.children[anchor] < 2:
+            anchor = int(st.parent_row[anchor])
+        out[k] = _relative(st, k, anchor, cfg)
     return out

@@ -16,11 +16,9 @@ from trace_core.advantage import AdvantageConfig
 from trace_core.config_io import load_config
 from trace_core.engines.base import SamplingConfig
 from trace_core.envs.config import EnvConfig
-from trace_core.policy.model import ModelConfig
-from trace_core.policy.update import UpdateConfig
-from trace_core.policy.warmup import WarmupConfig
+from trace_core.policy.config import ModelConfig, UpdateConfig, WarmupConfig
 from trace_core.predictor.config import PredictorConfig
-from trace_core.strategies import AllocationConfig
+from trace_core.allocation import AllocationConfig
 from trace_core.tracking_config import TrackingConfig
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -83,13 +84,16 @@ def load_config(model: type[M], path: str | Path | None = None, overrides: list[
     return validate(model, data)
 
 
-def flatten(cfg: BaseModel | dict, prefix: str = "") -> dict[str, Any]:
-    """Flat ``a.b -> value`` dict (for MLflow params and Prefect parameters)."""
-    data = cfg.model_dump(mode="json") if isinstance(cfg, BaseModel) else cfg
+def _plain(cfg: BaseModel | Mapping[str, Any]) -> Mapping[str, Any]:
+    return cfg.model_dump(mode="json") if isinstance(cfg, BaseModel) else cfg
+
+
+def flatten(cfg: BaseModel | Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flat ``a.b -> value`` dict (for MLflow params and Prefect parameters); values unchanged."""
     out: dict[str, Any] = {}
-    for k, v in data.items():
+    for k, v in _plain(cfg).items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict):
+        if isinstance(v, Mapping):
             out.update(flatten(v, key + "."))
         else:
             out[key] = v
@@ -102,5 +106,6 @@ def config_hash(cfg: BaseModel) -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
-def dump_yaml(cfg: BaseModel) -> str:
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+def dump_yaml(cfg: BaseModel | Mapping[str, Any]) -> str:
+    """The config as YAML, fields in declaration order (the run's ``config.yaml`` artifact)."""
+    return yaml.safe_dump(dict(_plain(cfg)), sort_keys=False)

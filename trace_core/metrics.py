@@ -121,16 +121,49 @@ def expected_wasted(v, m) -> float:
     return n - eff
 
 
+def trajectory_table(nodes: pl.DataFrame) -> pl.DataFrame:
+    """One row per generated trajectory of a verified node table, with the effective flag.
+
+    A trajectory's *anchor* is the node it branched from: the prompt's root for a raw rollout,
+    the prefix node for a continuation. Groups are anchors: a root group (the raw rollouts of one
+    prompt in one iteration) or a branch group (the continuations from one prefix plus the raw
+    trajectory through that prefix, its *owner*). A trajectory is effective when a group it
+    belongs to holds both outcomes; tokens are its own generated tokens (a continuation pays only
+    for the turns after its prefix). The SQL view ``trajectories`` uses the same definition.
+    """
+    cols = ["iteration", "trajectory_id", "prompt_id", "origin", "anchor_id", "reward", "tokens", "effective"]
+    steps = nodes.filter((pl.col("depth") >= 1) & pl.col("trajectory_id").is_not_null())
+    if steps.height == 0:
+        return pl.DataFrame(schema={c: nodes.schema.get(c, pl.Utf8) for c in cols[:4]} | {
+            "anchor_id": pl.Utf8, "reward": pl.Float32, "tokens": pl.Int64, "effective": pl.Boolean})
+    per = steps.group_by("iteration", "trajectory_id").agg(
+        pl.col("prompt_id").first(), pl.col("origin").first(),
+        pl.col("parent_id").sort_by("depth").first().alias("anchor_id"),
+        pl.col("reward").filter(pl.col("is_leaf")).max().alias("reward"),
+        pl.col("new_tokens").sum().cast(pl.Int64).alias("tokens"))
+    owners = (steps.select("iteration", pl.col("node_id").alias("anchor_id"), pl.col("trajectory_id").alias("owner"))
+              .join(per.select("iteration", "anchor_id").unique(), on=["iteration", "anchor_id"]))
+    members = pl.concat([
+        per.select("iteration", "anchor_id", "reward"),
+        owners.join(per.select("iteration", pl.col("trajectory_id").alias("owner"), "reward"), on=["iteration", "owner"])
+        .select("iteration", "anchor_id", "reward"),
+    ])
+    groups = members.group_by("iteration", "anchor_id").agg(
+        (pl.col("reward").max() > pl.col("reward").min()).fill_null(False).alias("contrastive"))
+    owns = (owners.join(groups.filter(pl.col("contrastive")), on=["iteration", "anchor_id"])
+            .select("iteration", pl.col("owner").alias("trajectory_id")).unique().with_columns(pl.lit(True).alias("_own")))
+    return (per.join(groups, on=["iteration", "anchor_id"], how="left")
+            .join(owns, on=["iteration", "trajectory_id"], how="left")
+            .with_columns((pl.col("contrastive").fill_null(False) | pl.col("_own").fill_null(False)).alias("effective"))
+            .select(cols).sort("iteration", "trajectory_id"))
+
+
 def trajectory_metrics(nodes: pl.DataFrame) -> dict:
-    """The same metrics on a verified node table (``trace_core.tree.NODE_SCHEMA`` with
-    advantages): a generated trajectory is effective when any of its own turn segments got a
-    non-zero advantage; tokens are its own generated tokens (a continuation pays only for the
-    turns after its prefix)."""
-    turns = nodes.filter(pl.col("depth") >= 1)
-    per = turns.group_by("trajectory_id").agg((pl.col("advantage").abs().fill_null(0) > 1e-9).any().alias("eff"),
-                                              pl.col("new_tokens").sum().alias("tok"))
-    n, eff = per.height, int(per["eff"].sum() or 0) if per.height else 0
-    tokens = int(per["tok"].sum() or 0) if per.height else 0
+    """Effective ratio, waste, tokens and train reward of a verified node table
+    (``trajectory_table`` says what counts as effective)."""
+    per = trajectory_table(nodes)
+    n, eff = per.height, int(per["effective"].sum() or 0) if per.height else 0
+    tokens = int(per["tokens"].sum() or 0) if per.height else 0
     leaves = nodes.filter(pl.col("is_leaf"))
     return {"trajectories": n, "effective": eff, "wasted": n - eff, "tokens": tokens,
             "effective_ratio": eff / n if n else 0.0, "wasted_share": (n - eff) / n if n else 0.0,

@@ -1,4 +1,4 @@
-"""The multi-turn agent loop: raw rollouts from roots and extensions from prefix nodes alike.
+"""The multi-turn agent loop: raw rollouts, extensions from prefix nodes and evaluation alike.
 
 One code path (``run_episodes``) advances a batch of live episodes turn by turn::
 
@@ -10,6 +10,7 @@ shared context is encoded once. Every turn becomes a ``NODE_SCHEMA`` row; the la
 episode is a leaf with its reward and reason code. Node ids are
 ``node_id(run_id, iteration, prompt_id, path)``, so a re-run gives the same ids.
 
+``evaluate_rewards`` plays held-out episodes through the same loop and keeps only the rewards.
 An extension rebuilds the environment state with ``envs.base.replay`` on the prefix's actions
 and its token context from the stored action ids and observations (exactly what the raw
 rollout saw).
@@ -20,15 +21,15 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from trace_core.engines.base import Engine, GenRequest, GenResult, SamplingConfig
 from trace_core.envs.base import Env, Episode, Task, replay
-from trace_core.rollout_nodes import finalize_tree, path_to_root
+from trace_core.rollout_nodes import finalize_tree, path_to_root, root_rows, utc_now
 from trace_core.tree import node_id, nodes_frame
 
 TURN_LIMIT = "turn_limit"  # the loop's own safety limits (the env has its own, usually tighter)
@@ -101,14 +102,10 @@ def _step_row(live: LiveEpisode, res: GenResult, seconds: float, sampling: Sampl
         "reward": float(reward) if done else None, "reward_reason": reason if done else None,
         "mean_logprob": live.lp_sum / live.lp_n if live.lp_n else None,
         "min_logprob": live.lp_min if live.lp_n else None, "tool_errors": live.tool_errors,
-        "answered": "answer" in step.info, "gen_seconds": seconds, "created_at": _now(),
+        "answered": "answer" in step.info, "gen_seconds": seconds, "created_at": utc_now(),
     }
     live.parent_id, live.done = nid, done
     return row
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def run_episodes(engine: Engine, chat: Any, lives: list[LiveEpisode], *, sampling: SamplingConfig,
@@ -142,38 +139,62 @@ def run_episodes(engine: Engine, chat: Any, lives: list[LiveEpisode], *, samplin
     return [row for lv in lives for row in lv.rows]
 
 
-def run_rollouts(engine: Engine, chat: Any, envs: Mapping[str, Env], tasks: Sequence[Task], counts: Sequence[int],
-                 *, sampling: SamplingConfig, cfg: RolloutConfig | None = None, seed: int = 0,
-                 run_id: str = "run", iteration: int = 0, strategy: str = "uniform",
-                 v_pred: Sequence[float] | None = None, utility: Sequence[float] | None = None) -> pl.DataFrame:
-    """Raw rollouts: ``counts[i]`` episodes of ``tasks[i]`` (0 skips it). Returns root rows
-    (``origin='root'``, ``alloc_children=counts[i]``) and turn rows, with subtree rewards filled."""
-    cfg = cfg or RolloutConfig()
-    if len(counts) != len(tasks):
-        raise ValueError(f"{len(tasks)} tasks but {len(counts)} counts")
-    base = {"run_id": run_id, "strategy": strategy, "iteration": iteration}
-    roots, lives = [], []
-    for i, (task, m) in enumerate(zip(tasks, counts, strict=True)):
-        if m <= 0:
-            continue
-        env = envs[task.family]
+def _root_lives(chat: Any, envs: Mapping[str, Env], tasks: Sequence[Task], counts: Sequence[int],
+                base: dict[str, Any]) -> list[LiveEpisode]:
+    """``counts[i]`` fresh episodes of ``tasks[i]`` (paths ``r0..r{m-1}``), sharing the prompt ids."""
+    run_id, iteration = base["run_id"], base["iteration"]
+    lives = []
+    for task, m in zip(tasks, counts, strict=True):
+        env, prompt = envs[task.family], []
         root_id = node_id(run_id, iteration, task.prompt_id, "root")
-        prompt: list[int] = []
-        for j in range(m):
+        for j in range(int(m)):
             ep = env.reset(task)
             prompt = prompt or chat.prompt_ids(ep.messages())
             path = f"r{j}"
             lives.append(LiveEpisode(task, ep, list(prompt), root_id, node_id(run_id, iteration, task.prompt_id, path),
                                      path, 0, "raw", base))
-        roots.append({
-            **base, "node_id": root_id, "parent_id": None, "prompt_id": task.prompt_id, "task": task.family,
-            "difficulty": task.difficulty, "depth": 0, "origin": "root", "is_leaf": False, "new_tokens": 0,
-            "alloc_children": int(m), "tool_errors": 0, "answered": False, "created_at": _now(),
-            "v_pred": None if v_pred is None else float(v_pred[i]),
-            "utility": None if utility is None else float(utility[i]),
-        })
+    return lives
+
+
+def run_rollouts(engine: Engine, chat: Any, envs: Mapping[str, Env], tasks: Sequence[Task], counts: Sequence[int],
+                 *, sampling: SamplingConfig, cfg: RolloutConfig | None = None, seed: int = 0,
+                 run_id: str = "run", iteration: int = 0, strategy: str = "uniform",
+                 v_pred: Sequence[float] | None = None, utility: Sequence[float] | None = None) -> pl.DataFrame:
+    """Raw rollouts: ``counts[i]`` episodes of ``tasks[i]`` (0 skips it). Returns root rows
+    (``root_rows``: ``alloc_children=counts[i]``, question in ``action_text``) and turn rows,
+    with subtree rewards filled."""
+    cfg = cfg or RolloutConfig()
+    if len(counts) != len(tasks):
+        raise ValueError(f"{len(tasks)} tasks but {len(counts)} counts")
+    keep = [i for i, m in enumerate(counts) if m > 0]
+
+    def pick(col: Sequence[Any] | None) -> list[Any] | None:
+        return None if col is None else [col[i] for i in keep]
+
+    chosen, m = [tasks[i] for i in keep], [int(counts[i]) for i in keep]
+    roots = root_rows(run_id, iteration, strategy, chosen, counts=m, v_pred=pick(v_pred), utility=pick(utility))
+    base = {"run_id": run_id, "strategy": strategy, "iteration": iteration}
+    lives = _root_lives(chat, envs, chosen, m, base)
     rows = run_episodes(engine, chat, lives, sampling=sampling, cfg=cfg, seed=seed)
-    return finalize_tree(nodes_frame(roots + rows))
+    return finalize_tree(pl.concat([roots, nodes_frame(rows)]))
+
+
+def evaluate_rewards(engine: Engine, chat: Any, envs: Mapping[str, Env], tasks: Sequence[Task], samples: int,
+                     *, sampling: SamplingConfig, cfg: RolloutConfig, seed: int = 0) -> np.ndarray:
+    """Rewards of ``samples`` episodes of every task, shape ``(len(tasks), samples)``: row ``i`` is
+    ``tasks[i]`` (so per-task and per-(family, difficulty) counts follow from it).
+
+    The same episodes ``run_rollouts`` would play with ``counts = [samples] * len(tasks)`` (same
+    loop, limits, sampling and seeds); only each episode's final reward is kept (0 for the loop's
+    own turn / context limits). For an accuracy that moves only with the policy, give every
+    checkpoint the same ``sampling.seed`` and ``seed``.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    base = {"run_id": "eval", "strategy": "eval", "iteration": 0}
+    lives = _root_lives(chat, envs, tasks, [samples] * len(tasks), base)
+    run_episodes(engine, chat, lives, sampling=sampling, cfg=cfg, seed=seed)
+    return np.array([lv.rows[-1]["reward"] for lv in lives], dtype=float).reshape(len(tasks), samples)
 
 
 def _prefix_live(nodes_by_id: dict[str, dict[str, Any]], parent: dict[str, str | None], prefix: str, k: int,

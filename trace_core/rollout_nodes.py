@@ -4,39 +4,110 @@ A tree is the set of ``NODE_SCHEMA`` rows of one prompt in one iteration; ``pare
 them. A *trajectory* is one generated chain (``trajectory_id``): a raw rollout root -> leaf, or
 an extension prefix node -> leaf. Its training sequence is the root -> leaf path; only its own
 turns carry loss (a prefix is trained once, by the trajectory that generated it).
+
+``root_rows`` builds the root rows (the candidate pool and the heads of the rollout trees);
+``subtree_stats`` is the one walk from leaves to roots, read by ``finalize_tree`` (the subtree
+columns) and by the advantage estimators.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 
-from trace_core.tree import NODE_SCHEMA
+from trace_core.tree import NODE_SCHEMA, node_id, nodes_frame
+
+if TYPE_CHECKING:  # the envs package imports every family's tools (search index, ...)
+    from trace_core.envs.base import Task
 
 
-def finalize_tree(nodes: pl.DataFrame) -> pl.DataFrame:
+@dataclass(frozen=True)
+class SubtreeStats:
+    """Rewarded leaves below every node of a node table, from one walk; arrays are row-aligned (N,).
+
+    A leaf counts for itself and every ancestor in the table; a node with none below has
+    ``count == 0`` and NaN ``mean`` / ``std``. ``std`` is the population std of those rewards.
+    """
+
+    ids: list[str]
+    parent: dict[str, str | None]  # node id -> parent id (None for roots)
+    parent_row: np.ndarray  # (N,) int: row of the parent, -1 for a root or a parent missing from the table
+    children: np.ndarray  # (N,) int: rows whose parent is this node
+    count: np.ndarray  # (N,) int
+    mean: np.ndarray  # (N,) float
+    std: np.ndarray  # (N,) float
+
+
+def subtree_stats(nodes: pl.DataFrame) -> SubtreeStats:
+    """Walk each rewarded leaf up to its root once, crediting every ancestor (works on any number of trees)."""
+    ids: list[str] = nodes["node_id"].to_list()
+    parent = dict(zip(ids, nodes["parent_id"].to_list(), strict=True))
+    row = {nid: k for k, nid in enumerate(ids)}
+    parent_row = np.array([row.get(parent[i], -1) if parent[i] is not None else -1 for i in ids], dtype=np.int64)
+    children = np.bincount(parent_row[parent_row >= 0], minlength=len(ids)).astype(np.int64)
+    s1, s2, n = [0.0] * len(ids), [0.0] * len(ids), [0] * len(ids)
+    for k, (leaf, reward) in enumerate(zip(nodes["is_leaf"].to_list(), nodes["reward"].to_list(), strict=True)):
+        if not leaf or reward is None:
+            continue
+        r = float(reward)
+        cur = k
+        while cur >= 0:  # to the root, crediting every ancestor
+            s1[cur] += r
+            s2[cur] += r * r
+            n[cur] += 1
+            cur = int(parent_row[cur])
+    mean = [s1[k] / n[k] if n[k] else np.nan for k in range(len(ids))]
+    std = [float(np.sqrt(max(s2[k] / n[k] - mean[k] ** 2, 0.0))) if n[k] else np.nan for k in range(len(ids))]
+    return SubtreeStats(ids, parent, parent_row, children, np.array(n, dtype=np.int64),
+                        np.array(mean, dtype=float), np.array(std, dtype=float))
+
+
+def finalize_tree(nodes: pl.DataFrame, stats: SubtreeStats | None = None) -> pl.DataFrame:
     """Fill ``subtree_mean_reward`` / ``subtree_count`` (leaves with a reward below each node).
 
     Works on any number of trees at once; nodes without a rewarded leaf below get null / 0.
+    ``stats``: ``subtree_stats(nodes)`` if the caller already has it (no second walk).
     """
-    ids = nodes["node_id"].to_list()
-    parent = dict(zip(ids, nodes["parent_id"].to_list(), strict=True))
-    total = dict.fromkeys(ids, 0.0)
-    count = dict.fromkeys(ids, 0)
-    for nid, leaf, reward in zip(ids, nodes["is_leaf"].to_list(), nodes["reward"].to_list(), strict=True):
-        if not leaf or reward is None:
-            continue
-        cur: str | None = nid
-        while cur is not None and cur in total:  # walk to the root, crediting every ancestor
-            total[cur] += float(reward)
-            count[cur] += 1
-            cur = parent.get(cur)
-    means = [total[i] / count[i] if count[i] else None for i in ids]
+    st = stats if stats is not None else subtree_stats(nodes)
     return nodes.with_columns(
-        pl.Series("subtree_mean_reward", means, dtype=NODE_SCHEMA["subtree_mean_reward"]),
-        pl.Series("subtree_count", [count[i] for i in ids], dtype=NODE_SCHEMA["subtree_count"]),
+        pl.Series("subtree_mean_reward", st.mean, dtype=pl.Float64, nan_to_null=True)
+        .cast(NODE_SCHEMA["subtree_mean_reward"]),
+        pl.Series("subtree_count", st.count, dtype=NODE_SCHEMA["subtree_count"]),
     )
+
+
+def utc_now() -> datetime:
+    """Naive UTC timestamp of the ``created_at`` column."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def root_rows(run_id: str, iteration: int, strategy: str, tasks: Sequence[Task], *,
+              counts: Sequence[int] | None = None, v_pred: Sequence[float] | None = None,
+              utility: Sequence[float] | None = None) -> pl.DataFrame:
+    """One root row per task (``NODE_SCHEMA``): depth 0, ``origin='root'``, the question in
+    ``action_text`` (what the predictors read), id ``node_id(run_id, iteration, prompt_id, 'root')``.
+
+    The same rows score the candidate pool (no ``counts``) and head the rollout trees
+    (``counts[i]`` = m_i in ``alloc_children``, with the ``v_pred`` / ``utility`` of that decision).
+    """
+    for name, col in (("counts", counts), ("v_pred", v_pred), ("utility", utility)):
+        if col is not None and len(col) != len(tasks):
+            raise ValueError(f"{len(tasks)} tasks but {len(col)} {name}")
+    now = utc_now()
+    return nodes_frame([{
+        "run_id": run_id, "strategy": strategy, "iteration": iteration,
+        "node_id": node_id(run_id, iteration, t.prompt_id, "root"), "parent_id": None, "prompt_id": t.prompt_id,
+        "task": t.family, "difficulty": t.difficulty, "depth": 0, "origin": "root", "action_text": t.question,
+        "is_leaf": False, "new_tokens": 0, "tool_errors": 0, "answered": False, "created_at": now,
+        "alloc_children": None if counts is None else int(counts[i]),
+        "v_pred": None if v_pred is None else float(v_pred[i]),
+        "utility": None if utility is None else float(utility[i]),
+    } for i, t in enumerate(tasks)])
 
 
 def path_to_root(node: str, parent: dict[str, str | None]) -> list[str]:

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy import stats
 
 from trace_core import metrics
-from trace_core.strategies import AllocationConfig, get_strategy, strategy_names
+from trace_core.allocation import AllocationConfig, get_strategy, strategy_names
 
 ALL_STRATEGIES = ["grpo", "dapo", "pcl", "treepo", "trace-root", "trace-prefix", "trace"]
 METRICS = ["effective_ratio", "wasted_share", "eff_per_1k_tokens", "grad_energy"]

@@ -8,6 +8,10 @@
   continuations from a prefix with success probability ``v``, lying on a rollout with reward ``r``,
   contain at least one reward that differs from ``r``. Gain of the ``k``-th continuation:
   ``q^(k-1)(1-q)``, geometric, hence concave in ``k``.
+* Objective tables: the allocation solvers count either contrastive groups (the utilities above,
+  ``objective="groups"``) or the trajectories in them (``objective="trajectories"``): a root
+  group of ``m`` is worth ``m V_root(v, m)``, a branch group of ``k`` continuations plus the raw
+  trajectory ``(k+1) V_pref(v, r, k)``. Neither is concave in the count.
 
 All functions broadcast their arguments like numpy ufuncs and return float64 arrays.
 """
@@ -121,3 +125,23 @@ def prefix_value_table(v, r, max_per_node: int) -> np.ndarray:
     out = np.zeros((g.shape[0], max_per_node + 1), dtype=np.float64)
     np.cumsum(g, axis=1, out=out[:, 1:])
     return out
+
+
+def root_objective_table(v, max_per_prompt: int, objective: str = "groups") -> np.ndarray:
+    """Per-prompt allocation objective for ``m = 0..max_per_prompt``, shape ``(N, M + 1)``:
+    ``V_root(v, m)`` (``"groups"``) or ``m V_root(v, m)`` (``"trajectories"``)."""
+    F = root_value_table(v, max_per_prompt)
+    return F * np.arange(max_per_prompt + 1)[None, :] if _objective(objective) == "trajectories" else F
+
+
+def prefix_objective_table(v, r, max_per_node: int, objective: str = "groups") -> np.ndarray:
+    """Per-node allocation objective for ``k = 0..max_per_node``, shape ``(N, K + 1)``:
+    ``V_pref(v, r, k)`` (``"groups"``) or ``(k+1) V_pref(v, r, k)`` (``"trajectories"``)."""
+    F = prefix_value_table(v, r, max_per_node)
+    return F * np.arange(1, max_per_node + 2)[None, :] if _objective(objective) == "trajectories" else F
+
+
+def _objective(objective: str) -> str:
+    if objective not in ("groups", "trajectories"):
+        raise ValueError(f"objective must be 'groups' or 'trajectories', got {objective!r}")
+    return objective

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trace_core.config_io import flatten
 from trace_core.tracking_config import TrackingConfig
 
 log = logging.getLogger(__name__)
@@ -50,13 +51,10 @@ def default_tracking_uri(home_dir: str | Path) -> str:
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested dict -> ``{"a.b": "value"}`` with MLflow-safe keys and values (lists as JSON)."""
+    """Nested dict -> ``{"a.b": "value"}`` (``config_io.flatten``) with MLflow-safe keys and
+    values (lists as JSON)."""
     out: dict[str, str] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten_params(value, name + "."))
-            continue
+    for name, value in flatten(params, prefix).items():
         text = value if isinstance(value, str) else json.dumps(value, default=str)
         out[_BAD_KEY.sub("_", name)] = text[:_MAX_PARAM_CHARS]
     return out

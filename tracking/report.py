@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-import yaml
 from pydantic import BaseModel
 
+from trace_core.config_io import dump_yaml
 from trace_core.sqlq import run_named_query
 from tracking.plots import write_run_plots
 
@@ -72,11 +72,6 @@ def render_run_report(home_dir: str | Path, run_id: str, *, plots: list[Path] | 
     return "\n".join(parts)
 
 
-def config_yaml(config: BaseModel | Mapping[str, Any]) -> str:
-    data = config.model_dump(mode="json") if isinstance(config, BaseModel) else dict(config)
-    return yaml.safe_dump(data, sort_keys=False)
-
-
 def publish_run_artifacts(tracker: Tracker, config: BaseModel | Mapping[str, Any] | None = None) -> list[Path]:
     """Write config.yaml, the plots and report.md under ``DIR/runs/{run_id}/artifacts`` and log
     them to the tracker (buffered like everything else). Returns the written files."""
@@ -84,7 +79,7 @@ def publish_run_artifacts(tracker: Tracker, config: BaseModel | Mapping[str, Any
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
     if config is not None:
-        files.append(tracker.log_text(config_yaml(config), "config.yaml"))
+        files.append(tracker.log_text(dump_yaml(config), "config.yaml"))
     plots = write_run_plots(tracker.home_dir, tracker.run_id, out / "plots")
     for p in plots:
         tracker.log_artifact(p, "plots")

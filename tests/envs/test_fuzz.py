@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 from tests.envs.test_loaders import SAMPLES
 from trace_core.envs import make_env
 from trace_core.envs.actions import loads_bounded, parse_action
-from trace_core.envs.answers import check_math, check_qa
-from trace_core.envs.calculator import calculate
-from trace_core.envs.fc_check import ast_match, schema_error
+from trace_core.envs.fc.check import ast_match, schema_error
 from trace_core.envs.loaders import load_tasks
+from trace_core.envs.math.answers import check_math
+from trace_core.envs.math.calculator import calculate
+from trace_core.envs.qa.answers import check_qa
 from trace_core.envs.synthetic import generate_tasks
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,13 +3,16 @@
 import pytest
 
 from trace_core.envs import EnvConfig, make_env, replay
-from trace_core.envs.synthetic import (
+from trace_core.envs.base import Task
+from trace_core.envs.families import (
+    DEMONSTRATIONS,
+    ENVS,
     GENERATORS,
-    demonstration,
-    generate_tasks,
+    register_demonstration,
+    register_env,
     register_generator,
-    sample_tasks,
 )
+from trace_core.envs.synthetic import demonstration, generate_tasks, sample_tasks
 
 FAMILIES = ["math", "qa", "fc"]
 
@@ -65,10 +68,27 @@ def test_sample_tasks_mixes_families_and_levels():
     assert [t.prompt_id for t in sample_tasks(cfg, 60, seed=5)] == [t.prompt_id for t in pool]
 
 
+def test_every_family_registers_env_generator_and_demonstration():
+    for registry in (ENVS, GENERATORS, DEMONSTRATIONS):
+        assert registry.names() == sorted(FAMILIES)
+    assert len({g.salt for g in GENERATORS.values()}) == len(FAMILIES)
+
+
 def test_registry_rejects_duplicates_and_names_known():
     with pytest.raises(ValueError):
-        register_generator("math", 9)(GENERATORS["math"])
+        register_generator("math", 9)(GENERATORS["math"].make)
+    with pytest.raises(ValueError, match="salt"):  # a shared salt would alias two families' streams
+        register_generator("chess", GENERATORS["qa"].salt)(GENERATORS["math"].make)
+    assert "chess" not in GENERATORS
+    with pytest.raises(ValueError):
+        register_env("qa")(ENVS["qa"])
+    with pytest.raises(ValueError):
+        register_demonstration("fc")(DEMONSTRATIONS["fc"])
     with pytest.raises(KeyError, match="known"):
         generate_tasks("chess", 1, 0, 0)
     with pytest.raises(KeyError, match="known"):
         make_env("chess")
+    with pytest.raises(KeyError, match="known: fc, math, qa"):
+        demonstration(Task("x-0", "chess", 0, "?"))
+    with pytest.raises(ValueError, match="chess"):
+        EnvConfig(families={"chess": 1.0})

@@ -5,9 +5,10 @@ from fractions import Fraction
 
 import pytest
 
-from trace_core.envs.answers import check_math, check_qa, extract_boxed, parse_number, token_f1
-from trace_core.envs.calculator import calculate
-from trace_core.envs.fc_check import ast_match, schema_error, to_json_schema
+from trace_core.envs.fc.check import ast_match, schema_error, to_json_schema
+from trace_core.envs.math.answers import check_math, extract_boxed, parse_number
+from trace_core.envs.math.calculator import calculate
+from trace_core.envs.qa.answers import check_qa, token_f1
 
 
 @pytest.mark.parametrize(

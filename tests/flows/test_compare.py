@@ -19,7 +19,7 @@ def test_compare_two_strategies(prefect_server, tmp_path):
     from flows.compare import compare_flow
 
     cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=1"])
-    out = compare_flow(cfg.model_dump(mode="json"), strategies=["grpo", "trace"], seeds=1, home=str(tmp_path),
+    out = compare_flow(cfg, strategies=["grpo", "trace"], seeds=1, home=str(tmp_path),
                        run_id="cmp")
     assert [r["strategy"] for r in out["table"]] == ["grpo", "trace"]
     prompts = pl.read_parquet(tmp_path / "shards" / "prompts" / "run=cmp-*" / "**" / "final.parquet")

@@ -22,7 +22,7 @@ def trained(prefect_server, tmp_path_factory):
 
     home = tmp_path_factory.mktemp("home")
     cfg = load_train_config(CONFIGS / "small-ci.yaml")
-    out = train_flow(cfg.model_dump(mode="json"), run_id="e2e", home=str(home))
+    out = train_flow(cfg, run_id="e2e", home=str(home))
     return home, cfg, out
 
 
@@ -64,3 +64,19 @@ def test_mlflow_run_has_metrics_and_artifacts(trained):
     assert "report.md" in arts and "config.yaml" in arts
     assert any(p.endswith(".png") for p in arts)
     assert "# Run report" in out["report"]
+
+
+def test_node_table_is_pinned(trained):
+    """The same run id, config and seed give the same node table, column for column, as the
+    recorded run (tests/data/pinned_nodes_small_ci.json). A deliberate change of behaviour
+    re-records it: `python tests/node_digest.py HOME e2e > tests/data/pinned_nodes_small_ci.json`."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from node_digest import node_digest
+
+    home, _, _ = trained
+    pinned = json.loads((Path(__file__).resolve().parents[1] / "data" / "pinned_nodes_small_ci.json").read_text())
+    got = node_digest(pl.read_parquet(home / "shards" / "nodes" / "run=e2e" / "**" / "final.parquet"))
+    assert {k: v for k, v in got.items() if pinned.get(k) != v} == {}

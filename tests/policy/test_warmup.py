@@ -68,7 +68,7 @@ SHIPPED = (TINY_WARM_DIR / "recipe.json").is_file() and "success" in json.loads(
 @pytest.mark.skipif(not SHIPPED, reason="shipped checkpoint trace_core/assets/tiny-warm/ with a recorded success "
                     "table not built yet (python -m trace_core.policy.warmup configs/tiny.yaml ...)")
 def test_shipped_checkpoint_reproduces_success_spread():
-    from trace_core.policy.evaluate import heldout_tasks, sample_rewards, success_table
+    from trace_core.policy.evaluate import heldout_tasks, policy_rewards, success_table
 
     recorded = json.loads((TINY_WARM_DIR / "recipe.json").read_text())["success"]
     model, tok = load_policy()
@@ -76,8 +76,8 @@ def test_shipped_checkpoint_reproduces_success_spread():
     # a small fresh sample: 3 families x 2 levels (easiest, hardest) x 6 tasks x 4 samples
     tasks = heldout_tasks(["math", "qa", "fc"], [0, 3], 6, seed=0)
     torch.set_num_threads(1)
-    with torch.no_grad():
-        rewards = sample_rewards(model, tok, tasks, 4, seed=1, max_new_tokens=recorded["measured"]["max_new_tokens"])
+    rewards = policy_rewards(model, tok, tasks, 4, seed=1, max_new_tokens=recorded["measured"]["max_new_tokens"])
+    assert rewards.shape == (len(tasks), 4)
     got = success_table(tasks, rewards)
     want = np.mean([recorded["cells"][k]["success"] for k in got["cells"]])
     se = np.sqrt(max(want * (1 - want), 0.05) / rewards.size)

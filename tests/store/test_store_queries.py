@@ -38,6 +38,19 @@ def test_trajectories_view_marks_groups(home):
     assert by["a1"]["tokens"] == 20 and by["a1"]["turns"] == 2 and by["a1"]["origin"] == "raw"
 
 
+def test_scope_macros_keep_one_run_or_all(home):
+    """scoped_groups / scored_predictions (sql/schema.sql): the scoping the named queries share."""
+    groups = query(home, "SELECT run_id, count(*) AS n FROM trajectory_groups GROUP BY ALL ORDER BY ALL")
+    assert query(home, "SELECT run_id, count(*) AS n FROM scoped_groups(NULL) GROUP BY ALL ORDER BY ALL").rows() \
+        == groups.rows()
+    r1 = query(home, "SELECT DISTINCT run_id FROM scoped_groups($run_id::VARCHAR)", {"run_id": "r1"})
+    assert r1["run_id"].to_list() == ["r1"]
+    scored = query(home, "SELECT * FROM scored_predictions(NULL)")
+    assert scored.height == query(home, "SELECT count(*) AS n FROM predictions "
+                                        "WHERE v_pred IS NOT NULL AND outcome IS NOT NULL")["n"][0]
+    assert scored["weight"].null_count() == 0 and scored.columns == query(home, "FROM predictions").columns
+
+
 def test_wasted_by_iteration(home):
     f = sqlq.run_named_query(home, "wasted_by_iteration", run_id="r1")
     assert rows(f, "iteration", "trajectories", "wasted", "tokens", "wasted_tokens") == [

@@ -1,4 +1,5 @@
-"""Agent environments: a registry of families, each ``Env.reset(task) -> Episode``.
+"""Agent environments: one package per family (``math``, ``qa``, ``fc``), each registering its env,
+synthetic generator and demonstration writer (``trace_core.envs.families``); ``Env.reset(task) -> Episode``.
 
 ``make_env(family, **cfg)`` builds one env; ``cfg`` are ``EnvConfig`` field names (validated;
 ``families`` / ``difficulties`` are ignored by a single env) plus family extras (QA: ``corpus``).
@@ -7,28 +8,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from trace_core.envs import fc, math, qa  # noqa: F401  (importing a family package registers it)
 from trace_core.envs.base import Env, Episode, StepResult, Task, replay
 from trace_core.envs.config import EnvConfig
-from trace_core.envs.fc_env import FCEnv
-from trace_core.envs.math_env import MathEnv
-from trace_core.envs.qa_env import QAEnv
-from trace_core.registry import Registry
-
-EnvFactory = Callable[..., Env]
-ENVS: Registry[EnvFactory] = Registry("env")
-
-
-def register_env(name: str) -> Callable[[EnvFactory], EnvFactory]:
-    """Decorator / function registering ``factory(cfg: EnvConfig, **extras) -> Env``."""
-    return ENVS.register(name)
-
-
-register_env("math")(MathEnv)
-register_env("qa")(QAEnv)
-register_env("fc")(FCEnv)
+from trace_core.envs.families import ENVS, register_env
 
 _EXTRAS = {"corpus"}
 

@@ -45,6 +45,7 @@ MALFORMED_REASONS = frozenset({NO_ACTION, MALFORMED_JSON, MALFORMED_CALL, ACTION
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 MAX_JSON_DEPTH = 16
+MAX_ANSWER_CHARS = 512  # answer checks read at most this much of an answer (bounded cost)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-FAMILIES = ("math", "qa", "fc")
+from trace_core.envs.families import ENVS
 
 
 class EnvConfig(BaseModel):
@@ -47,9 +47,10 @@ class EnvConfig(BaseModel):
     @field_validator("families")
     @classmethod
     def _known_families(cls, v: dict[str, float]) -> dict[str, float]:
-        bad = {k: w for k, w in v.items() if k not in FAMILIES or w < 0}
+        known = ENVS.names()  # the registered families (each family package registers its env)
+        bad = {k: w for k, w in v.items() if k not in known or w < 0}
         if bad or not any(w > 0 for w in v.values()):
-            raise ValueError(f"families must map {FAMILIES} to weights >= 0, one > 0; got {v}")
+            raise ValueError(f"families must map {known} to weights >= 0, one > 0; got {v}")
         return v
 
     @field_validator("difficulties")

@@ -33,10 +33,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trace_core.envs.answers import extract_boxed, gsm8k_final
 from trace_core.envs.base import Task
-from trace_core.envs.calculator import calculate
-from trace_core.envs.fc_check import to_json_schema
+from trace_core.envs.fc.check import to_json_schema
+from trace_core.envs.math.answers import extract_boxed, gsm8k_final
+from trace_core.envs.math.calculator import calculate
 from trace_core.registry import Registry
 
 Loader = Callable[..., list[Task]]

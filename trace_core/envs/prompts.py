@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from trace_core.envs.episode import Tool
 
@@ -26,6 +27,17 @@ def system_prompt(tools: Sequence[Tool], style: str) -> str:
         return "tools: " + ", ".join(t.signature for t in tools)
     lines = "\n".join(json.dumps({"type": "function", "function": t.schema}, ensure_ascii=False) for t in tools)
     return _FULL_HEAD + lines + _FULL_TAIL
+
+
+def function_schema(name: str, description: str, **params: tuple[str, str]) -> dict[str, Any]:
+    """A tool's JSON schema (the OpenAI / Qwen3 "function" object); ``param=(json_type,
+    description)``, every parameter required, in the order given."""
+    props = {p: {"type": t, "description": d} for p, (t, d) in params.items()}
+    return {
+        "name": name,
+        "description": description,
+        "parameters": {"type": "object", "properties": props, "required": list(params)},
+    }
 
 
 def compact_signature(schema: dict) -> str:

@@ -1,4 +1,5 @@
-"""Synthetic task generators (registry) and demonstration traces for every family.
+"""Synthetic tasks and demonstration traces for every family, through the family registries
+(``trace_core.envs.families``; each family package registers its generator and writer).
 
 ``generate_tasks(family, n, difficulty, seed) -> list[Task]``: task ``i`` depends only on
 ``(family, difficulty, seed, i)`` (its own ``np.random.Generator``), so a longer list extends a
@@ -12,51 +13,23 @@ worked solution (GSM8K ``<<...>>`` steps, HotpotQA / MuSiQue supporting titles, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
-from trace_core.envs.actions import format_answer, format_call
 from trace_core.envs.base import Task
 from trace_core.envs.config import EnvConfig
-from trace_core.envs.gen_fc import make_fc_task
-from trace_core.envs.gen_math import make_math_task
-from trace_core.envs.gen_qa import make_qa_task
-
-Generator = Callable[[np.random.Generator, int, str], Task]
-GENERATORS: dict[str, Generator] = {}
-_SALT: dict[str, int] = {}
-
-
-def register_generator(family: str, salt: int) -> Callable[[Generator], Generator]:
-    """Add a generator; ``salt`` separates the random streams of families."""
-
-    def deco(fn: Generator) -> Generator:
-        if family in GENERATORS:
-            raise ValueError(f"generator {family!r} already registered")
-        GENERATORS[family], _SALT[family] = fn, salt
-        return fn
-
-    return deco
-
-
-register_generator("math", 1)(make_math_task)
-register_generator("qa", 2)(make_qa_task)
-register_generator("fc", 3)(make_fc_task)
+from trace_core.envs.families import DEMONSTRATIONS, GENERATORS
 
 DIFFICULTIES = (0, 1, 2, 3)
 
 
 def generate_tasks(family: str, n: int, difficulty: int, seed: int) -> list[Task]:
     """``n`` tasks of one family and level, deterministic in ``seed``."""
-    if family not in GENERATORS:
-        raise KeyError(f"unknown family {family!r}; known: {sorted(GENERATORS)}")
+    gen = GENERATORS.get_item(family)
     if difficulty not in DIFFICULTIES:
         raise ValueError(f"difficulty must be in {DIFFICULTIES}, got {difficulty}")
-    make = GENERATORS[family]
     return [
-        make(np.random.default_rng([_SALT[family], difficulty, seed, i]), difficulty,
-             f"{family}-d{difficulty}-s{seed}-{i}")
+        gen.make(np.random.default_rng([gen.salt, difficulty, seed, i]), difficulty,
+                 f"{family}-d{difficulty}-s{seed}-{i}")
         for i in range(n)
     ]
 
@@ -78,26 +51,6 @@ def sample_tasks(cfg: EnvConfig, n: int, seed: int) -> list[Task]:
 
 
 def demonstration(task: Task) -> list[str]:
-    """Correct action strings for ``task`` (ValueError when its payload carries no solution)."""
-    p = task.payload
-    if task.family == "math":
-        calls = [format_call("calculator", {"expression": e}) for e in p.get("steps", [])]
-        return calls + [format_answer(p["answer"])]
-    if task.family == "qa":
-        return [format_call("search", {"query": q}) for q in p.get("hops", [])] + [format_answer(p["answers"][0])]
-    if task.family == "fc":
-        if p.get("mode", "sandbox") == "sandbox":
-            return [format_call(n, a) for n, a in p["calls"]] + [format_answer(p["answer"])]
-        # static (BFCL / xLAM): first allowed value of each argument; '' (omit) is skipped.
-        # The episode ends after the last ground-truth call, so no answer turn.
-        out = []
-        for entry in p["ground_truth"]:
-            (fn, spec), = entry.items()
-            args = {}
-            for k, allowed in spec.items():
-                given = [a for a in (allowed if isinstance(allowed, list) else [allowed]) if a != ""]
-                if given:
-                    args[k] = given[0]
-            out.append(format_call(fn, args))
-        return out
-    raise ValueError(f"no demonstration for family {task.family!r}")
+    """Correct action strings for ``task``, by its family's registered writer (KeyError for an
+    unknown family; the writer raises when the payload carries no solution)."""
+    return DEMONSTRATIONS.get_item(task.family)(task)

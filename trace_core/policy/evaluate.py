@@ -1,9 +1,9 @@
 """Sampled success of a policy on held-out generator tasks: the warm-start success table.
 
-A plain turn loop over the ``hf`` engine (true temperature sampling, no top-k): the first
-turn of a task's ``n`` samples shares one encoded prompt; later turns continue each episode.
-For the full agent loop with node records use ``trace_core.rollout``; this module only needs
-rewards, per (family, difficulty) cell, and the share of samples in mixed-outcome groups.
+Episodes run through the one agent loop (``trace_core.rollout.evaluate_rewards``); this module
+picks the held-out tasks and summarises rewards per (family, difficulty) cell, with the share
+of samples in mixed-outcome groups. ``record_success`` measures a checkpoint with the ``hf``
+engine and true temperature sampling (temperature 1, no top-k / top-p).
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from trace_core.envs.base import Task
-from trace_core.policy.chat import ChatFormat
 
 #: Seed offset of held-out tasks: training demos draw cell seeds below 2**31 from their own
 #: stream; evaluation uses a disjoint, fixed seed family per cell.
@@ -36,47 +34,23 @@ def heldout_tasks(families: Sequence[str], difficulties: Sequence[int], n_per_ce
     return tasks
 
 
-def sample_rewards(
-    model: Any, tokenizer: Any, tasks: list[Task], n: int, *, seed: int = 0, temperature: float = 1.0,
-    max_new_tokens: int = 96, env_kwargs: dict | None = None,
-) -> np.ndarray:
-    """Rewards ``(len(tasks), n)`` of ``n`` sampled episodes per task (temperature sampling)."""
-    from trace_core.engines.base import GenRequest, SamplingConfig
+def policy_rewards(model: Any, tokenizer: Any, tasks: Sequence[Task], n: int, *, seed: int = 0,
+                   max_new_tokens: int = 96, env_kwargs: dict | None = None) -> np.ndarray:
+    """Rewards ``(len(tasks), n)`` of a loaded HF model, measured as the success table is: the
+    ``hf`` engine, temperature 1 with no top-k / top-p, through ``rollout.evaluate_rewards``."""
+    from trace_core.engines.base import SamplingConfig
     from trace_core.engines.hf import HFEngine
     from trace_core.envs import make_env
+    from trace_core.policy.chat import ChatFormat
+    from trace_core.rollout import RolloutConfig, evaluate_rewards
 
     chat = ChatFormat(tokenizer)
-    engine = HFEngine(model, chat)
-    sampling = SamplingConfig(temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed)
-    envs = {f: make_env(f, **(env_kwargs or {})) for f in {t.family for t in tasks}}
-    rewards = np.zeros((len(tasks), n))
-    episodes, ids = {}, {}
-    prompts = []
-    for i, task in enumerate(tasks):
-        first = envs[task.family].reset(task)
-        prompt = chat.prompt_ids(first.messages())
-        prompts.append(GenRequest(prompt_ids=tuple(prompt), n=n, seed=i))
-        for j in range(n):
-            episodes[i, j] = first if j == 0 else envs[task.family].reset(task)
-            ids[i, j] = list(prompt)
-    results = engine.generate(prompts, sampling)
-    outs = {(i, j): results[i][j] for i in range(len(tasks)) for j in range(n)}
-    turn = 0
-    while outs:
-        nxt = []
-        for (i, j), res in outs.items():
-            step = episodes[i, j].step(res.text, n_tokens=len(res.token_ids))
-            if step.done:
-                rewards[i, j] = step.reward
-                continue
-            ids[i, j] += list(res.token_ids)
-            ids[i, j] += chat.observation_ids(step.observation or "", action_closed=chat.ends_closed(res.token_ids))
-            nxt.append((i, j))
-        turn += 1
-        reqs = [GenRequest(prompt_ids=tuple(ids[k]), n=1, seed=(turn * 1_000_003 + k[0]) * 64 + k[1]) for k in nxt]
-        results = engine.generate(reqs, sampling) if reqs else []
-        outs = {k: r[0] for k, r in zip(nxt, results, strict=True)}
-    return rewards
+    envs = {f: make_env(f, **(env_kwargs or {})) for f in sorted({t.family for t in tasks})}
+    sampling = SamplingConfig(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed)
+    # the env's own turn / token limits end episodes; the loop only guards the model's positions
+    loop = RolloutConfig(max_turns=256, progress=False,
+                         max_context_tokens=model.config.max_position_embeddings - max_new_tokens)
+    return evaluate_rewards(HFEngine(model, chat), chat, envs, tasks, n, sampling=sampling, cfg=loop, seed=seed)
 
 
 def success_table(tasks: list[Task], rewards: np.ndarray) -> dict[str, Any]:
@@ -126,15 +100,13 @@ def record_success(
 
     ckpt = Path(ckpt_dir)
     model, tokenizer = load_policy(ckpt)
-    model.eval()
     tasks = heldout_tasks(families, difficulties, n_per_cell, seed)
     t0 = time.perf_counter()
-    with torch.no_grad():
-        rewards = sample_rewards(model, tokenizer, tasks, n, seed=seed, max_new_tokens=max_new_tokens,
-                                 env_kwargs=env_kwargs)
+    rewards = policy_rewards(model, tokenizer, tasks, n, seed=seed, max_new_tokens=max_new_tokens, env_kwargs=env_kwargs)
     table = success_table(tasks, rewards)
     table["measured"] = {"n_per_cell": n_per_cell, "n": n, "seed": seed, "temperature": 1.0, "top_k": 0,
                          "max_new_tokens": max_new_tokens, "heldout_seed": HELDOUT_SEED,
+                         "loop": "trace_core.rollout.evaluate_rewards",
                          "eval_s": round(time.perf_counter() - t0, 1)}
     recipe_path = ckpt / "recipe.json"
     recipe = json.loads(recipe_path.read_text()) if recipe_path.is_file() else {}

@@ -1,10 +1,7 @@
 """Policy model: the tiny Qwen3 built from sizes, or any local Hugging Face causal LM by path.
 
-Nothing is downloaded: every load passes ``local_files_only=True``.
-
-Default sizes are the prototype's (3.4M parameters with a 1024 vocab): big enough to reach
-~35% sampled success after ~16 CPU-minutes of SFT, small enough to sample fast on CPU. A
-10.7M variant learned more slowly per wall-clock minute there.
+Nothing is downloaded: every load passes ``local_files_only=True``. ``ModelConfig`` and
+``TINY_WARM_DIR`` live in ``policy.config`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -13,32 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
-#: The warm-started tiny checkpoint shipped with the package (``trace-rl warmup`` rebuilds it).
-TINY_WARM_DIR = Path(__file__).resolve().parents[1] / "assets" / "tiny-warm"
+from trace_core.policy.config import TINY_WARM_DIR, ModelConfig
 
-
-class ModelConfig(BaseModel):
-    """Policy model: sizes of the tiny Qwen3, or ``path`` to a local HF model directory."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str | None = Field(
-        None, description="Local directory of a HF causal LM + tokenizer (e.g. Qwen3-8B). None: the shipped "
-        "tiny-warm checkpoint when loading; the sizes below when building from scratch (warm-up).")
-    hidden_size: int = Field(256, ge=8, le=16384, description="Residual width.")
-    num_layers: int = Field(4, ge=1, le=128, description="Decoder blocks.")
-    num_heads: int = Field(4, ge=1, le=128, description="Query heads.")
-    num_kv_heads: int = Field(2, ge=1, le=128, description="Key/value heads (grouped-query attention).")
-    head_dim: int = Field(64, ge=8, le=512, description="Per-head width (Qwen3 decouples it from hidden/heads).")
-    intermediate_size: int = Field(768, ge=8, le=65536, description="SwiGLU FFN width (~3x hidden).")
-    vocab_size: int = Field(1024, ge=16, le=262144, description="Must match the tokenizer (tiny: 1024).")
-    max_position_embeddings: int = Field(2048, ge=64, le=131072, description="Longest episode in tokens.")
-    rope_theta: float = Field(10000.0, gt=0, description="RoPE base; 1e4 is plenty for ~1k-token episodes.")
-    tie_embeddings: bool = Field(True, description="Share input and output embeddings (halves the 1024x256 tables).")
-    dtype: str = Field("float32", pattern="^(float32|bfloat16|float16)$",
-                       description="Weights dtype after loading; float32 for CPU training (bf16 via autocast).")
+__all__ = ["TINY_WARM_DIR", "ModelConfig", "build_model", "load_policy", "n_params", "qwen3_config"]
 
 
 def qwen3_config(cfg: ModelConfig, *, pad_token_id: int = 0, eos_token_id: int = 1) -> Any:

@@ -19,20 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from trace_core.policy.chat import EOS, PAD, SPECIAL_TOKENS
-
-
-class TokenizerConfig(BaseModel):
-    """How the tiny tokenizer is trained."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    vocab_size: int = Field(1024, ge=300, le=65536, description="Total vocabulary incl. 256 byte symbols and specials.")
-    min_frequency: int = Field(2, ge=1, le=1000, description="A merge must occur this often in the corpus.")
+from trace_core.policy.config import TokenizerConfig
 
 
 def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:

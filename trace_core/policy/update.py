@@ -25,32 +25,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
+from trace_core.policy.config import UpdateConfig
 from trace_core.rollout_nodes import trajectories
-
-
-class UpdateConfig(BaseModel):
-    """One policy update over a batch of trajectories."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    lr: float = Field(3e-4, gt=0, le=1.0, description="AdamW learning rate (tiny model: 3e-4; 5e-5 barely moved it).")
-    weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW decoupled weight decay.")
-    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
-    warmup_steps: int = Field(0, ge=0, le=100_000, description="Linear LR warm-up in optimizer steps.")
-    clip_eps: float = Field(0.2, gt=0, le=1.0, description="PPO clip range ε (lower side).")
-    clip_eps_high: float | None = Field(None, gt=0, le=1.0, description="Upper clip (DAPO clip-higher); None = clip_eps.")
-    kl_coef: float = Field(0.0, ge=0, le=10.0, description="β of the k3 KL to the reference policy; 0 = no reference.")
-    max_grad_norm: float = Field(1.0, gt=0, le=1e6, description="Global gradient-norm clip.")
-    minibatch_size: int = Field(64, ge=1, le=1_000_000, description="Trajectories per optimizer step.")
-    micro_batch_size: int = Field(16, ge=1, le=100_000,
-                                  description="Trajectories per forward pass (gradient accumulation within a minibatch).")
-    ppo_epochs: int = Field(1, ge=1, le=32, description="Passes over the batch (1 = on-policy GRPO).")
-    temperature: float = Field(1.0, gt=0, le=5.0, description="Logits / T before log-softmax; match the sampling temperature.")
-    skip_zero_advantage: bool = Field(True, description="Drop trajectories whose loss tokens all have A = 0 "
-                                      "(no policy-gradient signal; kept when kl_coef > 0).")
-    autocast_bf16: bool = Field(False, description="bf16 autocast for forward passes (≈1.8× faster on CPU here).")
 
 
 @dataclass(frozen=True)

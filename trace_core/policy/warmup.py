@@ -21,53 +21,19 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from trace_core.config_io import config_hash
 from trace_core.policy.chat import ChatFormat
+from trace_core.policy.config import ModelConfig, WarmupConfig
 from trace_core.policy.demos import demo_stream
-from trace_core.policy.model import ModelConfig, build_model, load_policy, n_params
-from trace_core.policy.tokenizer import TokenizerConfig, save_tokenizer, train_tokenizer
+from trace_core.policy.model import build_model, load_policy, n_params
+from trace_core.policy.tokenizer import save_tokenizer, train_tokenizer
 
 IGNORE = -100  # label value the HF loss skips
-
-
-class WarmupConfig(BaseModel):
-    """SFT warm start of the tiny policy."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    steps: int = Field(3000, ge=1, le=1_000_000, description="Optimizer steps (~20 CPU-minutes at the default size).")
-    batch_size: int = Field(16, ge=1, le=1024, description="Episodes per step.")
-    lr: float = Field(2e-3, gt=0, le=1.0, description="Peak AdamW learning rate (tiny models take a high one).")
-    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine floor as a share of lr (~lr/10).")
-    warmup_steps: int = Field(100, ge=0, le=100_000, description="Linear ramp from 0 to lr.")
-    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW decoupled weight decay.")
-    grad_clip: float = Field(1.0, gt=0, le=100, description="Global grad-norm clip.")
-    bf16_autocast: Literal["auto", "on", "off"] = Field(
-        "auto", description="bf16 autocast: 1.7-1.9x faster than fp32 on a CPU with native bf16 (AVX512-BF16 / AMX), "
-        "but ~20x *slower* on AVX2-only CPUs (measured here); 'auto' uses it only where it is native or on CUDA.")
-    bucket_batches: int = Field(32, ge=1, le=4096,
-                                description="Batches pooled and sorted by length before cutting (1 = unsorted).")
-    families: dict[str, float] = Field(default_factory=lambda: {"math": 1.0, "qa": 1.0, "fc": 1.0},
-                                       description="Mix weights of the families in the demos.")
-    difficulties: list[int] = Field(default_factory=lambda: [0, 1, 2, 3],
-                                    description="Difficulty levels drawn uniformly for the demos.")
-    seed: int = Field(0, ge=0, description="Seeds the demo stream, the init and the batch order.")
-    num_threads: int = Field(1, ge=1, le=256, description="torch CPU threads. On a shared, oversubscribed CPU one "
-                             "thread measured ~4x faster than two (1200 vs 310 tokens/s).")
-    device: str = Field("cpu", pattern="^(cpu|cuda(:[0-9]+)?)$", description="Where SFT runs.")
-    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="Tokenizer training.")
-    tokenizer_demos: int = Field(3000, ge=10, le=1_000_000, description="Demos the tokenizer is trained on.")
-    log_every: int = Field(50, ge=1, le=100_000, description="Steps between log lines.")
-    init_from: str | None = Field(
-        None, description="Continue SFT from this checkpoint directory (its weights and tokenizer; model sizes "
-        "are ignored) instead of building a fresh model. Its recipe is kept under 'stages' in the new one.")
-    save_every: int = Field(0, ge=0, le=1_000_000, description="Steps between interim saves (0 = only at the end).")
 
 
 def native_bf16(device: str) -> bool:

@@ -3,9 +3,14 @@
 A predictor maps rollout-tree nodes (rows of ``trace_core.tree.NODE_SCHEMA``) to success
 probabilities, one model for prompts (roots) and turn prefixes alike:
 
-* ``fit(nodes) -> FitReport`` with *all labelled nodes so far* (every earlier iteration); it
-  refreshes the model in bounded time and may warm-start from the previous fit.
-* ``predict(nodes) -> np.ndarray`` of shape ``(len(nodes),)``, float64 in ``[0, 1]``.
+* ``fit(nodes, *, cell_prior=None) -> FitReport`` with *all labelled nodes so far* (every earlier
+  iteration) and optionally the per-(family, difficulty) outcomes measured before training
+  (``task, difficulty, n_success, n_total``); it refreshes the model in bounded time and may
+  warm-start from the previous fit;
+* ``predict(nodes) -> np.ndarray`` of shape ``(len(nodes),)``, float64 in ``[0, 1]``;
+* ``predict_flip(prefixes) -> np.ndarray``: for prefixes with the raw trajectory's 0/1 reward in
+  column ``r``, the probability that a continuation's reward differs from ``r``;
+* ``save(path)`` / ``trace_core.predictor.load_predictor(path)``: JSON + safetensors, never pickle.
 
 Node frame convention (the rollout loop follows it):
 
@@ -14,7 +19,9 @@ Node frame convention (the rollout loop follows it):
 * a prefix row (``depth >= 1``) holds its own turn in ``action_text`` / ``observation_text``.
   Its text is the whole path: a ``path_text`` column is used when present (non-null), otherwise
   the path is rebuilt by following ``parent_id`` through the rows of the same frame, so pass the
-  ancestors along (they are cheap) or fill ``path_text``.
+  ancestors along (they are cheap) or fill ``path_text``. Raw leaves of the same prompt and
+  iteration in the frame (finished sibling rollouts) inform a prefix's prediction; its own
+  trajectory's leaf never does.
 
 Labels: a node's outcome is ``subtree_mean_reward`` (the mean reward of the trajectories through
 it), weighted by ``subtree_count``. A node is labelled when both are non-null and the count > 0.
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -44,15 +52,19 @@ class FitReport:
     n_labelled: int  # labelled nodes offered
     n_roots: int
     n_prefixes: int
-    n_train: int  # nodes the head was trained on (after the cap and the held-out split)
+    n_train: int  # nodes the head was trained on (roots and raw prefixes, after the cap)
     n_calib: int  # held-out nodes used for calibration
     iterations: list[int]  # distinct iterations among the labelled nodes
     seconds: float
-    fallback: bool  # True when too little data: predictions are the prior (+ history)
+    fallback: bool  # True when too little data for the head: predictions are the prior
     warm_start: bool
     train_loss: float | None = None
-    calib: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> {brier_before, brier_after}
-    history_prompts: int = 0  # prompts with a Beta posterior
+    calib: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> {n, method, brier_before/after}
+    history_prompts: int = 0  # prompts with a record in the prior
+    steps: int = 0  # optimiser steps of the head
+    batch_size: int = 0
+    prior: dict[str, float] = field(default_factory=dict)  # kappa_cell, kappa_prompt, prior_units, cell_prior_cells
+    flip: dict[str, float] = field(default_factory=dict)  # continuations, logistic
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -62,9 +74,13 @@ class FitReport:
 class Predictor(Protocol):
     config: PredictorConfig
 
-    def fit(self, nodes: pl.DataFrame) -> FitReport: ...
+    def fit(self, nodes: pl.DataFrame, *, cell_prior: pl.DataFrame | None = None) -> FitReport: ...
 
     def predict(self, nodes: pl.DataFrame) -> np.ndarray: ...
+
+    def predict_flip(self, prefixes: pl.DataFrame) -> np.ndarray: ...
+
+    def save(self, path: str | Path) -> Path: ...
 
 
 def is_root(nodes: pl.DataFrame) -> np.ndarray:

@@ -1,136 +1,113 @@
-"""Calibration maps fitted on a held-out split: Platt scaling and isotonic regression.
+"""Calibration maps (scikit-learn), fitted per node kind on held-out predictions.
 
-Each fitter takes raw probabilities ``p`` ``(n,)``, soft outcomes ``y`` ``(n,)`` in [0, 1], weights
-``w`` ``(n,)`` and optionally iterations ``t`` ``(n,)``, and returns a picklable map
-``(p (n,), t (n,) | None) -> (n,)``. Only Platt uses ``t`` (a per-iteration drift term). Registered by name in ``CALIBRATORS``.
+* ``fit_platt``: logistic regression of the outcome on ``logit(p)`` (two parameters);
+* ``fit_isotonic``: weighted isotonic regression, clipped off exact 0 / 1;
+* ``IdentityMap``: no calibration (too little data, or ``method: none``).
+
+Each fitter takes raw probabilities ``p``, soft outcomes ``y`` in [0, 1] and weights ``w`` (all
+``(n,)``) and returns a map ``p (n,) -> (n,)``. Soft outcomes are fitted as two weighted rows per
+node (``w*y`` successes, ``w*(1-y)`` failures). Maps are plain data: ``to_state()`` is JSON and
+``map_from_state`` rebuilds one (nothing is pickled). There is no drift term: a trend over
+iterations is what the prior's discounting and the head's as-of offsets already follow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from sklearn.isotonic import IsotonicRegression
+from sklearn.linear_model import LogisticRegression
 
 _EPS = 1e-6
+LEVEL_CLIP = 1e-3  # a held-out block of all-failures is not proof of certainty
+
+
+def logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), _EPS, 1 - _EPS)
+    return np.log(p) - np.log1p(-p)
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(z, dtype=np.float64)))  # overflow-free
 
 
 @dataclass(frozen=True)
 class PlattMap:
     a: float
     b: float
-    c: float = 0.0  # logit drift per iteration
-    t_ref: float = 0.0  # last iteration of the calibration data
 
-    def __call__(self, p: np.ndarray, t: np.ndarray | None = None) -> np.ndarray:
-        z = self.a * logit(np.asarray(p, dtype=np.float64)) + self.b
-        if t is not None and self.c != 0.0:
-            # at most one step ahead: the drift is a local trend, not a forecast
-            z = z + self.c * np.clip(np.asarray(t, dtype=np.float64) - self.t_ref, None, 1.0)
-        return sigmoid(z)
+    def __call__(self, p: np.ndarray) -> np.ndarray:
+        return sigmoid(self.a * logit(p) + self.b)
+
+    def to_state(self) -> dict:
+        return {"method": "platt", "a": self.a, "b": self.b}
 
 
 @dataclass(frozen=True)
 class IsotonicMap:
-    centres: np.ndarray  # (k,) increasing block centres of the raw probabilities
-    levels: np.ndarray  # (k,) non-decreasing calibrated values
+    x: tuple[float, ...]  # increasing thresholds of the raw probabilities
+    y: tuple[float, ...]  # non-decreasing calibrated values
 
-    def __call__(self, p: np.ndarray, t: np.ndarray | None = None) -> np.ndarray:
-        return np.interp(np.asarray(p, dtype=np.float64), self.centres, self.levels)
+    def __call__(self, p: np.ndarray) -> np.ndarray:
+        return np.interp(np.asarray(p, dtype=np.float64), self.x, self.y)
+
+    def to_state(self) -> dict:
+        return {"method": "isotonic", "x": list(self.x), "y": list(self.y)}
 
 
 @dataclass(frozen=True)
 class IdentityMap:
-    def __call__(self, p: np.ndarray, t: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, p: np.ndarray) -> np.ndarray:
         return np.asarray(p, dtype=np.float64)
+
+    def to_state(self) -> dict:
+        return {"method": "none"}
 
 
 Calibrator = PlattMap | IsotonicMap | IdentityMap
 
 
-def logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, _EPS, 1 - _EPS)
-    return np.log(p) - np.log1p(-p)
+def _expand(p, y, w):
+    p, y, w = (np.asarray(a, dtype=np.float64) for a in (p, y, w))
+    x = np.r_[p, p]
+    yy = np.r_[np.ones_like(p), np.zeros_like(p)]
+    ww = np.r_[w * y, w * (1 - y)]
+    keep = ww > 0
+    return x[keep], yy[keep], ww[keep]
 
 
-def sigmoid(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * z))  # overflow-free
+def fit_platt(p: np.ndarray, y: np.ndarray, w: np.ndarray, *, c: float = 100.0) -> Calibrator:
+    """``q = sigmoid(a * logit(p) + b)`` by weighted logistic regression (weak L2, ``C = c``)."""
+    x, yy, ww = _expand(p, y, w)
+    if len(np.unique(yy)) < 2:
+        return IdentityMap()
+    lr = LogisticRegression(C=c, max_iter=200).fit(logit(x)[:, None], yy, sample_weight=ww)
+    return PlattMap(float(lr.coef_[0, 0]), float(lr.intercept_[0]))
 
 
-def fit_platt(
-    p: np.ndarray,
-    y: np.ndarray,
-    w: np.ndarray,
-    t: np.ndarray | None = None,
-    *,
-    iters: int = 50,
-    l2: float = 1e-2,
-) -> PlattMap:
-    """``q = sigmoid(a * logit(p) + b + c * (t - t_ref))``, by weighted Newton on the log-loss (small ridge).
-
-    ``t`` ``(n,)`` (optional) is each node's iteration: ``c`` is the drift of the outcomes' logit per
-    iteration that the model (which does not see the iteration) misses, so predictions for the next
-    iteration are extrapolated one step along it instead of lagging behind an improving policy.
-    """
-    z = logit(p)
-    trend = t is not None and len(np.unique(t)) > 1
-    t_ref = float(np.max(t)) if t is not None and len(t) else 0.0
-    cols = [z, np.ones_like(z)] + ([np.asarray(t, dtype=np.float64) - t_ref] if trend else [])
-    x = np.stack(cols, axis=1)
-    anchor = np.array([1.0, 0.0, 0.0][: x.shape[1]])
-    theta = anchor.copy()
-
-    def loss(th: np.ndarray) -> float:
-        s = x @ th  # log-loss in logit form: log(1 + e^s) - y s, overflow-free
-        return float(np.sum(w * (np.logaddexp(0.0, s) - y * s)) + 0.5 * l2 * np.sum((th - anchor) ** 2))
-
-    cur = loss(theta)
-    for _ in range(iters):
-        q = sigmoid(x @ theta)
-        grad = x.T @ (w * (q - y)) + l2 * (theta - anchor)
-        hess = (x * (w * q * (1 - q))[:, None]).T @ x + l2 * np.eye(len(theta))
-        step = np.linalg.solve(hess, grad)
-        # backtracking: raw Newton diverges from overconfident inputs (flat sigmoid, tiny Hessian)
-        for _ in range(30):
-            new = loss(theta - step)
-            if new <= cur:
-                break
-            step = step / 2
-        theta, cur = theta - step, min(new, cur)
-        if np.abs(step).max() < 1e-8:
-            break
-    c = float(theta[2]) if trend else 0.0
-    return PlattMap(float(theta[0]), float(theta[1]), c, t_ref)
+def fit_isotonic(p: np.ndarray, y: np.ndarray, w: np.ndarray) -> Calibrator:
+    """Weighted isotonic regression on ``p`` (increasing), linear between thresholds."""
+    x, yy, ww = _expand(p, y, w)
+    if len(np.unique(yy)) < 2:
+        return IdentityMap()
+    iso = IsotonicRegression(y_min=LEVEL_CLIP, y_max=1 - LEVEL_CLIP, out_of_bounds="clip").fit(x, yy, sample_weight=ww)
+    return IsotonicMap(tuple(iso.X_thresholds_.tolist()), tuple(iso.y_thresholds_.tolist()))
 
 
-def fit_isotonic(p: np.ndarray, y: np.ndarray, w: np.ndarray, t: np.ndarray | None = None) -> IsotonicMap:
-    """Weighted pool-adjacent-violators on ``p`` order; linear interpolation between block centres."""
-    order = np.argsort(p, kind="stable")
-    xs, ys, ws = p[order], y[order], np.maximum(w[order], 1e-12)
-    # blocks as stacks of (sum_wy, sum_w, sum_wx)
-    swy, sw, swx = [], [], []
-    for xi, yi, wi in zip(xs, ys, ws, strict=True):
-        swy.append(wi * yi)
-        sw.append(wi)
-        swx.append(wi * xi)
-        while len(sw) > 1 and swy[-2] / sw[-2] >= swy[-1] / sw[-1]:
-            b_wy, b_w, b_wx = swy.pop(), sw.pop(), swx.pop()
-            swy[-1] += b_wy
-            sw[-1] += b_w
-            swx[-1] += b_wx
-    centres = np.array(swx) / np.array(sw)
-    levels = np.array(swy) / np.array(sw)
-    # keep predictions off exact 0/1: a held-out block of all-failures is not proof of certainty
-    levels = np.clip(levels, 1e-3, 1 - 1e-3)
-    return IsotonicMap(centres, levels)
-
-
-def identity(p: np.ndarray, y: np.ndarray, w: np.ndarray, t: np.ndarray | None = None) -> IdentityMap:
+def identity(p: np.ndarray, y: np.ndarray, w: np.ndarray) -> Calibrator:
     return IdentityMap()
 
 
-CALIBRATORS: dict[str, Callable[..., Calibrator]] = {
-    "platt": fit_platt,
-    "isotonic": fit_isotonic,
-    "none": identity,
-}
+CALIBRATORS = {"platt": fit_platt, "isotonic": fit_isotonic, "none": identity}
+
+
+def map_from_state(state: dict) -> Calibrator:
+    method = state.get("method")
+    if method == "platt":
+        return PlattMap(float(state["a"]), float(state["b"]))
+    if method == "isotonic":
+        return IsotonicMap(tuple(map(float, state["x"])), tuple(map(float, state["y"])))
+    if method == "none":
+        return IdentityMap()
+    raise ValueError(f"unknown calibration map {method!r}; known: {sorted(CALIBRATORS)}")

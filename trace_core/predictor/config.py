@@ -1,8 +1,9 @@
 """Pydantic configuration of the success predictors: one model per concern.
 
 ``PredictorConfig`` nests ``FeatureConfig`` (what a node becomes), ``ModelConfig`` (the torch
-head and its bounded training), ``CalibrationConfig`` and ``HistoryConfig`` (the per-prompt Beta
-posterior). YAML under ``predictor:`` maps 1:1 onto it.
+head and its step-bounded training), ``PriorConfig`` (the hierarchical Beta-Binomial prior the
+head refines), ``CalibrationConfig`` (per-kind maps) and ``FlipConfig`` (continuation flips).
+YAML under ``predictor:`` maps 1:1 onto it.
 """
 
 from __future__ import annotations
@@ -26,82 +27,137 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     hidden: int = Field(16, ge=0, le=1024, description="MLP hidden width; 0 gives a logistic model.")
-    epochs: int = Field(5, ge=1, le=200, description="Passes over the (capped) training set per fit.")
-    warm_epochs: int = Field(
-        2, ge=1, le=200, description="Passes when warm-starting from the previous fit (incremental refresh)."
+    min_steps: int = Field(
+        300, ge=1, le=1_000_000, description="Optimiser steps of a cold fit at least (~300 learn a cell in one fit)."
     )
-    batch_size: int = Field(1024, ge=16, le=65536, description="Minibatch size (nodes).")
-    lr: float = Field(0.01, gt=0.0, le=1.0, description="Adam learning rate.")
+    warm_steps: int = Field(
+        150, ge=1, le=1_000_000, description="Optimiser steps of a warm-started refresh at least."
+    )
+    epochs: float = Field(
+        4.0, gt=0.0, le=1000.0,
+        description="Passes over the training set at least (steps = max(min steps, epochs * n / batch)).",
+    )
+    max_steps: int = Field(3000, ge=1, le=10_000_000, description="Cap on optimiser steps per fit (bounded time).")
+    batch_size: int = Field(
+        256, ge=8, le=65536,
+        description="Largest minibatch; the batch is sized to the data: n/16 nodes, at least min_batch_size.",
+    )
+    min_batch_size: int = Field(32, ge=1, le=65536, description="Smallest minibatch (nodes).")
+    lr: float = Field(3e-3, gt=0.0, le=1.0, description="Adam learning rate.")
     weight_decay: float = Field(
-        1e-5,
-        ge=0.0,
-        le=1.0,
-        description="Decoupled weight decay of the dense layers (the sparse text table has none).",
+        1e-3, ge=0.0, le=1.0,
+        description="Decoupled weight decay of the dense layers: keeps the head near 'no correction to the prior'.",
+    )
+    text_l2: float = Field(
+        1e-3, ge=0.0, le=10.0,
+        description="L2 penalty on the hashed-text contribution (sparse table; stops it memorising prompts).",
     )
     max_train_nodes: int = Field(
-        20_000,
-        ge=100,
-        le=10_000_000,
+        20_000, ge=100, le=10_000_000,
         description="Cap on labelled nodes per fit; the most recent iterations are kept first (bounded time).",
     )
     max_label_weight: float = Field(
-        8.0,
-        ge=1.0,
-        le=1e6,
-        description="A node's subtree_count weight is clipped to this (one tree, one vote).",
+        8.0, ge=1.0, le=1e6, description="A node's subtree_count weight is clipped to this (one tree, one vote)."
     )
     recency_discount: float = Field(
         0.8, gt=0.0, le=1.0, description="Training weight factor per iteration of age (the policy moves)."
     )
     min_fit_nodes: int = Field(
-        20, ge=2, le=100_000, description="Below this many labelled nodes the model falls back to the prior."
+        20, ge=2, le=100_000, description="Below this many labelled nodes the head is skipped: the prior alone."
     )
     seed: int = Field(0, ge=0, description="Seed of the split, the initialisation and minibatch order.")
 
 
+class PriorConfig(BaseModel):
+    """The hierarchical Beta-Binomial prior: trend -> (family, difficulty) cell -> prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="Use the prior as the head's offset (off: a constant base rate).")
+    discount: float | None = Field(
+        None, gt=0.0, le=1.0,
+        description="Weight of an outcome per iteration of age (the policy moves; 1 = none); None = empirical "
+        "Bayes: the value of discount_grid whose prequential likelihood is highest.",
+    )
+    discount_grid: list[float] = Field(
+        [0.5, 0.7, 0.85, 1.0], min_length=1, description="Discounts tried when discount is None."
+    )
+    cell_strength: float | None = Field(
+        None, ge=0.0, le=1e6,
+        description="Pseudo-count of the trend prior of a cell; None = empirical Bayes (prequential likelihood).",
+    )
+    prompt_strength: float | None = Field(
+        None, ge=0.0, le=1e6,
+        description="Pseudo-count of the cell prior of a prompt; None = empirical Bayes (Beta-Binomial likelihood).",
+    )
+    min_strength: float = Field(0.5, gt=0.0, le=1e6, description="Lower bound of an estimated strength.")
+    max_strength: float = Field(500.0, gt=0.0, le=1e7, description="Upper bound of an estimated strength.")
+    trend_c: float = Field(
+        1.0, gt=0.0, le=1e6, description="Inverse L2 strength of the family x difficulty logistic trend."
+    )
+    siblings: bool = Field(
+        True,
+        description="Prefixes also count the other raw rollouts of their prompt in the same iteration that are "
+        "in the frame (finished before prefixes are scored; the node's own trajectory is left out).",
+    )
+    window: int = Field(
+        12, ge=1, le=10_000, description="Iterations of outcomes used to estimate the strengths (newest kept)."
+    )
+
+
+HistoryConfig = PriorConfig  # the pre-hierarchy name, kept importable
+
+
 class CalibrationConfig(BaseModel):
+    """Two stages, each per node kind (root / prefix) and only where there is enough data."""
+
     model_config = ConfigDict(extra="forbid")
 
+    prior_method: Literal["platt", "isotonic", "none"] = Field(
+        "platt",
+        description="Map of the prior, fitted on its own track record: the prior of a past node, taken as of "
+        "that node's iteration, is a prospective prediction, so every labelled node (with a cell record "
+        "before it) is calibration data without a held-out split.",
+    )
+    min_prior_nodes: int = Field(
+        40, ge=2, le=1_000_000, description="Fewer such nodes of a kind than this: the prior of that kind is used as is."
+    )
     method: Literal["platt", "isotonic", "none"] = Field(
-        "platt", description="Calibration map fitted on the held-out split, per node kind (root / prefix)."
+        "platt",
+        description="Map of the final (prior + head) prediction, fitted on the predictor's own track record: "
+        "at each refresh the previous fit first predicts the iteration it has not seen (a prospective "
+        "prediction of the deployed model), and those predictions with their outcomes are kept.",
     )
-    holdout_fraction: float = Field(
-        0.2, ge=0.0, le=0.5, description="Share of prompts (grouped by prompt_id) held out for calibration."
+    min_nodes: int = Field(
+        50, ge=2, le=1_000_000,
+        description="Fewer recorded predictions of a kind than this: the final map of that kind is skipped.",
     )
-    drift: bool = Field(
-        True,
-        description="Platt only: also fit a per-iteration logit drift on the held-out nodes and extrapolate "
-        "it one iteration ahead (the policy improves between fit and use).",
+    track_iterations: int = Field(
+        6, ge=1, le=10_000, description="Iterations of recorded predictions kept for the final map (newest)."
     )
-    min_holdout_nodes: int = Field(
-        30,
-        ge=2,
-        le=100_000,
-        description="Fewer held-out nodes of a kind than this: that kind stays uncalibrated.",
+    track_discount: float = Field(
+        0.8, gt=0.0, le=1.0, description="Weight of a recorded prediction per iteration of age."
+    )
+    min_isotonic_nodes: int = Field(
+        1000, ge=2, le=1_000_000, description="Isotonic needs this many nodes; below it Platt is used instead."
     )
 
 
-class HistoryConfig(BaseModel):
+class FlipConfig(BaseModel):
+    """The probability that a continuation's reward differs from the raw trajectory's ``r``."""
+
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = Field(
-        True, description="Combine the model with each prompt's own record (Beta posterior)."
+    strength: float = Field(
+        20.0, ge=0.0, le=1e6,
+        description="Pseudo-count of the success-based flip prior per (r, depth) bin against the observed flips.",
     )
-    prior_strength: float = Field(
-        4.0,
-        ge=0.0,
-        le=1e6,
-        description="Pseudo-count of the model prior; with 4 a prompt seen 16 times gets 16/20 of its weight "
-        "from its own record.",
+    min_continuations: int = Field(
+        300, ge=10, le=1_000_000,
+        description="Continuation outcomes needed before the logistic flip model is fitted (below: bins only).",
     )
-    discount: float = Field(
-        0.7, gt=0.0, le=1.0, description="Weight factor per iteration of age of an outcome (1 = no discount)."
-    )
-    shift_prefixes: bool = Field(
-        True,
-        description="Shift prefix logits by the prompt's root posterior-vs-model logit gap (same prompt, same "
-        "surprise).",
-    )
+    discount: float = Field(0.8, gt=0.0, le=1.0, description="Weight of a continuation per iteration of age.")
+    c: float = Field(1.0, gt=0.0, le=1e6, description="Inverse L2 strength of the logistic flip model.")
 
 
 class PredictorConfig(BaseModel):
@@ -109,15 +165,14 @@ class PredictorConfig(BaseModel):
 
     name: str = Field("hashed_mlp", description="Registered predictor to build (see known_predictors()).")
     first_iteration_prior: float = Field(
-        0.5,
-        ge=0.0,
-        le=1.0,
-        description="Prediction for every node before anything is labelled (the documented prior).",
+        0.5, ge=0.0, le=1.0,
+        description="Prediction before anything is known (no labelled node, no cell prior).",
     )
     features: FeatureConfig = Field(default_factory=FeatureConfig, description="Node featurisation.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Torch head and training.")
-    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig, description="Calibration map.")
-    history: HistoryConfig = Field(default_factory=HistoryConfig, description="Per-prompt Beta posterior.")
+    prior: PriorConfig = Field(default_factory=PriorConfig, description="Hierarchical Beta-Binomial prior.")
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig, description="Calibration maps.")
+    flip: FlipConfig = Field(default_factory=FlipConfig, description="Continuation flip model.")
     encoder_path: str | None = Field(
         None, description="hf_encoder only: local path of a Hugging Face encoder (never downloaded)."
     )

@@ -5,7 +5,7 @@ path, ``features.node_texts``) is embedded by a frozen encoder (mean-pooled last
 the embedding is appended to the dense features; hashed n-grams, calibration and history are
 unchanged. The encoder is loaded with ``local_files_only=True`` from ``config.encoder_path`` on
 ``config.encoder_device``; nothing is downloaded. Embeddings are cached by text, so a refresh
-re-embeds only new nodes. Registered lazily as ``hf_encoder`` (transformers is imported only here).
+re-embeds only new nodes; ``save`` stores the head, not the encoder (reloaded from its path). Registered lazily as ``hf_encoder`` (transformers is imported only here).
 """
 
 from __future__ import annotations
@@ -63,9 +63,3 @@ class HFEncoderPredictor(HashedPredictor):
         fb = featurize(nodes, self.config.features)
         emb = self.embed(node_texts(nodes, self.config.features.max_text_chars)).astype(np.float32)
         return FeatureBatch(fb.idx, fb.vals, fb.offsets, np.concatenate([fb.dense, emb], axis=1))
-
-    def __getstate__(self) -> dict:
-        # the encoder is reloaded from its path after unpickling, not pickled
-        state = self.__dict__.copy()
-        state["_encoder"] = state["_tokenizer"] = None
-        return state

@@ -7,25 +7,19 @@ GSM8K ``<<...>>`` annotations), from which ``demonstration`` is built.
 
 from __future__ import annotations
 
-from trace_core.envs.answers import check_math
+from trace_core.envs.actions import format_answer, format_call
 from trace_core.envs.base import Task
-from trace_core.envs.calculator import calculate
 from trace_core.envs.config import EnvConfig
 from trace_core.envs.episode import Tool, ToolEpisode
-from trace_core.envs.prompts import system_prompt
+from trace_core.envs.math.answers import check_math
+from trace_core.envs.math.calculator import calculate
+from trace_core.envs.prompts import function_schema, system_prompt
 
 CALCULATOR = Tool(
     name="calculator",
     signature="calculator(expression)",
-    schema={
-        "name": "calculator",
-        "description": "Evaluate an arithmetic expression (+ - * / // % ** and parentheses).",
-        "parameters": {
-            "type": "object",
-            "properties": {"expression": {"type": "string", "description": "e.g. (12 + 7) * 3"}},
-            "required": ["expression"],
-        },
-    },
+    schema=function_schema("calculator", "Evaluate an arithmetic expression (+ - * / // % ** and parentheses).",
+                           expression=("string", "e.g. (12 + 7) * 3")),
     fn=lambda expression: calculate(expression),
 )
 
@@ -47,3 +41,10 @@ class MathEnv:
 
     def reset(self, task: Task) -> MathEpisode:
         return MathEpisode(task, self.cfg)
+
+
+def demonstration(task: Task) -> list[str]:
+    """One calculator call per worked step, then the answer."""
+    p = task.payload
+    calls = [format_call("calculator", {"expression": e}) for e in p.get("steps", [])]
+    return calls + [format_answer(p["answer"])]

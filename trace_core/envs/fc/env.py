@@ -6,7 +6,7 @@
   equals ``answer`` (normalised). With ``partial_credit``: half for each.
 * ``mode="static"`` (BFCL / xLAM records): ``{"functions": [schemas], "ground_truth": [...]}``.
   Calls are validated against the JSON Schema (violations are observed, not recorded), recorded
-  with the observation ``ok``, and scored by BFCL's AST rule (``fc_check``). The episode ends at
+  with the observation ``ok``, and scored by BFCL's AST rule (``fc.check``). The episode ends at
   ``<answer>`` or once as many valid calls as ground-truth entries were made. With
   ``partial_credit`` the reward is the share of matched entries.
 """
@@ -16,13 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from trace_core.envs import actions as A
-from trace_core.envs.answers import normalise_qa
 from trace_core.envs.base import StepResult, Task
 from trace_core.envs.config import EnvConfig
 from trace_core.envs.episode import Tool, ToolEpisode
-from trace_core.envs.fc_check import ast_match, schema_error, to_json_schema
-from trace_core.envs.fc_world import SCHEMAS, World
+from trace_core.envs.fc.check import ast_match, schema_error, to_json_schema
+from trace_core.envs.fc.world import SCHEMAS, World
 from trace_core.envs.prompts import compact_signature, system_prompt
+from trace_core.envs.qa.answers import normalise_qa
 
 
 def _sandbox_tool(world: World, name: str) -> Tool:
@@ -83,3 +83,22 @@ class FCEnv:
 
     def reset(self, task: Task) -> FCEpisode:
         return FCEpisode(task, self.cfg)
+
+
+def demonstration(task: Task) -> list[str]:
+    """Sandbox: the generator's calls, then the answer. Static (BFCL / xLAM): the first allowed
+    value of each argument ('' = omit is skipped), and no answer turn: the episode ends after
+    the last ground-truth call."""
+    p = task.payload
+    if p.get("mode", "sandbox") == "sandbox":
+        return [A.format_call(n, a) for n, a in p["calls"]] + [A.format_answer(p["answer"])]
+    out = []
+    for entry in p["ground_truth"]:
+        (fn, spec), = entry.items()
+        args = {}
+        for k, allowed in spec.items():
+            given = [a for a in (allowed if isinstance(allowed, list) else [allowed]) if a != ""]
+            if given:
+                args[k] = given[0]
+        out.append(A.format_call(fn, args))
+    return out

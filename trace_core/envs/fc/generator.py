@@ -21,7 +21,7 @@ import numpy as np
 
 from trace_core.envs.actions import OK
 from trace_core.envs.base import Task
-from trace_core.envs.fc_world import FUNCTIONS, World
+from trace_core.envs.fc.world import FUNCTIONS, World
 
 ITEMS = ("apple", "pear", "plum", "lime", "fig", "kiwi", "nut", "egg")
 TITLES = ("demo", "sync", "party", "lunch", "review", "talk", "trip", "exam")

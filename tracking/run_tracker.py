@@ -3,27 +3,26 @@
 from __future__ import annotations
 
 from trace_core.config import TrainConfig
-from trace_core.runtime import RunRef
+from trace_core.results import IterationResults
+from trace_core.run import RunRef
 from tracking.mlflow_tracker import Tracker
 from tracking.report import publish_run_artifacts
 
-_STAGES = ("predictor", "roots", "raw", "score", "extend", "verify", "update")
 
-
-def iteration_metrics(results: dict, row: dict) -> dict[str, float]:
+def iteration_metrics(results: IterationResults, row: dict) -> dict[str, float]:
     """The per-iteration metrics: effective ratio, waste, accuracy, budget, tokens, predictor
     fit, update loss and stage timings."""
-    ver, upd, fit = results["verify"], results["update"], results["predictor"].get("fit", {})
-    out = {k: ver[k] for k in ("effective_ratio", "wasted_share", "effective_per_1k_tokens", "train_reward",
-                               "wasted", "reward_mismatches")}
+    ver, fit = results.verified, results.predictor.fit
+    out = {k: getattr(ver, k) for k in ("effective_ratio", "wasted_share", "effective_per_1k_tokens", "train_reward",
+                                         "wasted", "reward_mismatches")}
     out.update(budget_asked=row["budget_asked"], budget_used=row["budget_used"], tokens=row["tokens"],
-               raw_tokens_per_s=results["raw"]["tokens_per_s"], expected_contrastive=results["roots"]["expected_contrastive"],
-               prefixes_branched=results["score"]["branched"], predictor_train_loss=fit.get("train_loss"),
+               raw_tokens_per_s=results.raw.tokens_per_s, expected_contrastive=results.roots.expected_contrastive,
+               prefixes_branched=results.prefixes.branched, predictor_train_loss=fit.get("train_loss"),
                predictor_labelled=fit.get("n_labelled"))
-    out.update({f"update_{k}": v for k, v in upd.items() if isinstance(v, float)})
+    out.update({f"update_{k}": v for k, v in results.update.stats.items()})
     out.update({k: v for k, v in row.items() if k.startswith("accuracy") and v is not None})
-    out.update({f"seconds_{k}": float(results[k].get("seconds", 0.0)) for k in _STAGES})
-    out.update({f"predictor_{k}": v for k, v in ver.get("predictor_metrics", {}).items()})
+    out.update({f"seconds_{k}": v for k, v in results.stage_seconds().items()})
+    out.update({f"predictor_{k}": v for k, v in ver.predictor_metrics.items()})
     return out
 
 
@@ -53,7 +52,7 @@ class RunTracker:
         if self.tracker.flush(timeout=5.0):  # sent: a crash from here on must not log it twice
             marker.write_text(str(step))
 
-    def log_iteration(self, i: int, results: dict, row: dict) -> None:
+    def log_iteration(self, i: int, results: IterationResults, row: dict) -> None:
         self.log(iteration_metrics(results, row), step=i + 1)  # step 0 = before training
 
     def finish(self, history: list[dict]) -> str:

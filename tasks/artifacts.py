@@ -9,8 +9,9 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from trace_core.config import TrainConfig
-from trace_core.runtime import RunRef
-from trace_core.shards import read_shard
+from trace_core.results import IterationResults
+from trace_core.run import RunRef
+from trace_core.shards import read_shard, shard_path
 
 
 def _key(*parts: object) -> str:
@@ -18,15 +19,14 @@ def _key(*parts: object) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", "-".join(map(str, parts)).lower()).strip("-")[:100]
 
 
-def progress_line(i: int, results: dict, row: dict) -> str:
-    raw, ext, sc, ver, upd = (results[k] for k in ("raw", "extend", "score", "verify", "update"))
-    roots = results["roots"]
-    secs = sum(float(v.get("seconds", 0.0)) for v in results.values())
-    return (f"iter {i}: roots {roots['active']}/{roots['candidates']} prompts, {raw['trajectories']} raw "
-            f"@ {raw['tokens_per_s']:.0f} tok/s | prefixes {sc['branched']}/{sc['prefixes']} branched, "
-            f"{ext['trajectories']} continuations | budget {row['budget_used']}/{row['budget_asked']} | "
-            f"effective {ver['effective_ratio']:.1%} (wasted {ver['wasted']}) | train reward "
-            f"{ver['train_reward']:.2f} | loss {upd.get('loss', 0.0):+.4f}"
+def progress_line(i: int, results: IterationResults, row: dict) -> str:
+    roots, raw, pre, ext, ver = results.roots, results.raw, results.prefixes, results.extensions, results.verified
+    secs = sum(results.stage_seconds().values())
+    return (f"iter {i}: roots {roots.active}/{roots.candidates} prompts, {raw.trajectories} raw "
+            f"@ {raw.tokens_per_s:.0f} tok/s | prefixes {pre.branched}/{pre.prefixes} branched, "
+            f"{ext.trajectories} continuations | budget {row['budget_used']}/{row['budget_asked']} | "
+            f"effective {ver.effective_ratio:.1%} (wasted {ver.wasted}) | train reward "
+            f"{ver.train_reward:.2f} | loss {results.update.loss or 0.0:+.4f}"
             + (f" | held-out acc {row['accuracy']:.1%}" if row.get("accuracy") is not None else "")
             + f" | {secs:.1f}s")
 
@@ -41,23 +41,21 @@ def allocation_summary(prompts: pl.DataFrame) -> list[dict]:
     return g.to_dicts()
 
 
-def publish_iteration(ref: RunRef, cfg: TrainConfig, i: int, results: dict, row: dict) -> None:
+def publish_iteration(ref: RunRef, cfg: TrainConfig, i: int, results: IterationResults, row: dict) -> None:
     """One progress line in the flow log; table + markdown artifacts in the Prefect UI."""
     log = get_run_logger()
     log.info(progress_line(i, results, row))
-    from trace_core.shards import shard_path
-
     prompts = read_shard(shard_path(ref.home, "prompts", ref.run_id, "final", i))
     create_table_artifact(key=_key("allocation", ref.run_id), table=allocation_summary(prompts),
                           description=f"Root allocation of iteration {i} ({cfg.allocation.strategy})")
-    ver, stage_times = results["verify"], {k: float(v.get("seconds", 0.0)) for k, v in results.items()}
+    ver, stage_times = results.verified, results.stage_seconds()
     md = [f"### {ref.run_id}: iteration {i}", "", "| metric | value |", "|---|---|",
           f"| strategy | {cfg.allocation.strategy} |",
           f"| budget used / asked | {row['budget_used']} / {row['budget_asked']} |",
-          f"| tokens | {row['tokens']} |", f"| effective ratio | {ver['effective_ratio']:.3f} |",
-          f"| wasted trajectories | {ver['wasted']} |",
-          f"| effective per 1k tokens | {ver['effective_per_1k_tokens']:.2f} |",
-          f"| train reward | {ver['train_reward']:.3f} |"]
+          f"| tokens | {row['tokens']} |", f"| effective ratio | {ver.effective_ratio:.3f} |",
+          f"| wasted trajectories | {ver.wasted} |",
+          f"| effective per 1k tokens | {ver.effective_per_1k_tokens:.2f} |",
+          f"| train reward | {ver.train_reward:.3f} |"]
     if row.get("accuracy") is not None:
         md.append(f"| held-out accuracy | {row['accuracy']:.3f} |")
     md += ["", "| stage | seconds |", "|---|---|"] + [f"| {k} | {v:.2f} |" for k, v in stage_times.items()]

@@ -8,24 +8,18 @@ logged in ``info["f1"]``; with ``partial_credit`` it is the reward.
 
 from __future__ import annotations
 
-from trace_core.envs.answers import check_qa
+from trace_core.envs.actions import format_answer, format_call
 from trace_core.envs.base import Task
 from trace_core.envs.config import EnvConfig
 from trace_core.envs.episode import Tool, ToolEpisode
-from trace_core.envs.prompts import system_prompt
-from trace_core.envs.search import BM25Index, cached_index, search_observation
+from trace_core.envs.prompts import function_schema, system_prompt
+from trace_core.envs.qa.answers import check_qa
+from trace_core.envs.qa.search import BM25Index, cached_index, search_observation
 
 MAX_PARAGRAPH_CHARS = 400
 
-SEARCH_SCHEMA = {
-    "name": "search",
-    "description": "Search the documents; returns the best matching paragraphs.",
-    "parameters": {
-        "type": "object",
-        "properties": {"query": {"type": "string", "description": "keywords, e.g. a name"}},
-        "required": ["query"],
-    },
-}
+SEARCH_SCHEMA = function_schema("search", "Search the documents; returns the best matching paragraphs.",
+                                query=("string", "keywords, e.g. a name"))
 
 
 def display_paragraphs(paragraphs: list, show_titles: bool) -> tuple[str, ...]:
@@ -67,3 +61,9 @@ class QAEnv:
             p = task.payload
             index = cached_index(display_paragraphs(p.get("paragraphs", []), bool(p.get("show_titles", False))))
         return QAEpisode(task, self.cfg, index)
+
+
+def demonstration(task: Task) -> list[str]:
+    """One search per hop, then the first gold answer."""
+    p = task.payload
+    return [format_call("search", {"query": q}) for q in p.get("hops", [])] + [format_answer(p["answers"][0])]

@@ -12,32 +12,23 @@ from collections.abc import Callable
 from typing import Any
 
 from trace_core.envs.actions import OK, TOOL_ERROR
+from trace_core.envs.prompts import function_schema
 
 MAX_QTY = 10_000
-
-
-def _fn(name: str, desc: str, **params: tuple[str, str]) -> dict[str, Any]:
-    props = {p: {"type": t, "description": d} for p, (t, d) in params.items()}
-    return {
-        "name": name,
-        "description": desc,
-        "parameters": {"type": "object", "properties": props, "required": list(params)},
-    }
-
+_ITEM, _QTY = ("string", "item name"), ("integer", "units")
+_TITLE, _DAY = ("string", "event title"), ("integer", "1-28")
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     s["name"]: s
     for s in [
-        _fn("get_stock", "Units of an item in stock.", item=("string", "item name")),
-        _fn("add_stock", "Add units of an item; returns the new count.", item=("string", "item name"),
-            qty=("integer", "units")),
-        _fn("remove_stock", "Remove units of an item; returns the new count.", item=("string", "item name"),
-            qty=("integer", "units")),
-        _fn("find_event", "Day of the month of an event.", title=("string", "event title")),
-        _fn("add_event", "Put an event on a day.", title=("string", "event title"), day=("integer", "1-28")),
-        _fn("book_room", "Book a room on a day; returns the booking id.", room=("string", "room name"),
-            day=("integer", "1-28")),
-        _fn("cancel_booking", "Cancel a booking.", booking_id=("string", "e.g. b2")),
+        function_schema("get_stock", "Units of an item in stock.", item=_ITEM),
+        function_schema("add_stock", "Add units of an item; returns the new count.", item=_ITEM, qty=_QTY),
+        function_schema("remove_stock", "Remove units of an item; returns the new count.", item=_ITEM, qty=_QTY),
+        function_schema("find_event", "Day of the month of an event.", title=_TITLE),
+        function_schema("add_event", "Put an event on a day.", title=_TITLE, day=_DAY),
+        function_schema("book_room", "Book a room on a day; returns the booking id.",
+                        room=("string", "room name"), day=_DAY),
+        function_schema("cancel_booking", "Cancel a booking.", booking_id=("string", "e.g. b2")),
     ]
 }
 FUNCTIONS = tuple(SCHEMAS)

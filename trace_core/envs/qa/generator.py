@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from trace_core.envs.base import Task
-from trace_core.envs.search import BM25Index
+from trace_core.envs.qa.search import BM25Index
 
 _C, _V = "bdfgklmnprstvz", "aeiou"
 _LEVELS = {0: (1, 0), 1: (2, 1), 2: (3, 2), 3: (3, 3)}

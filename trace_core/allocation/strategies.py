@@ -21,7 +21,9 @@ trace-prefix     uniform (as treepo)                    exact TRACE prefix alloc
 ===============  =====================================  =====================================
 
 ``treepo`` / ``trace-root`` / ``trace-prefix`` / ``trace`` is the paper's 2x2 ablation
-(uniform/uniform, root only, prefix only, both) at one budget split.
+(uniform/uniform, root only, prefix only, both) at one budget split. The exact TRACE stages
+maximise the config's ``root_objective`` / ``prefix_objective``: contrastive groups (the paper's
+objective, the default) or the trajectories in them.
 
 Signatures (``Strategy``)::
 
@@ -38,7 +40,9 @@ from typing import ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trace_core.allocation import allocate_prefixes, allocate_roots
+from trace_core.allocation.inputs import Objective
+from trace_core.allocation.prefixes import allocate_prefixes
+from trace_core.allocation.roots import allocate_roots
 from trace_core.registry import Registry
 
 _REGISTRY: Registry[type[Strategy]] = Registry("strategy")
@@ -69,7 +73,7 @@ class AllocationConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    strategy: str = Field("trace", description="Registered strategy name (trace_core.strategies).")
+    strategy: str = Field("trace", description="Registered strategy name (trace_core.allocation.strategies).")
     budget_total: int = Field(
         64, ge=1, le=1_000_000_000, description="Trajectories generated per iteration (raw + continuations)."
     )
@@ -95,6 +99,18 @@ class AllocationConfig(BaseModel):
         False,
         description="Prefix stage costs continuations by remaining turns: the extension budget (in "
         "whole-episode trajectories) buys more short continuations than long ones.",
+    )
+    root_objective: Objective = Field(
+        "groups",
+        description="What TRACE root allocation maximises: 'groups' = expected contrastive groups "
+        "(sum V_root(v, m)); 'trajectories' = expected trajectories in them (sum m V_root(v, m)), the "
+        "rollouts with a non-zero advantage. Used by trace and trace-root.",
+    )
+    prefix_objective: Objective = Field(
+        "groups",
+        description="What TRACE prefix allocation maximises: 'groups' = expected branch groups with a "
+        "reward flip (sum V_pref(v, r, k)); 'trajectories' = expected trajectories in them (sum (k+1) "
+        "V_pref: k continuations plus the raw trajectory). Used by trace and trace-prefix.",
     )
 
     @field_validator("strategy")
@@ -150,10 +166,11 @@ def trace_prefixes(v, r, remaining_turns, budget: int, cfg: AllocationConfig) ->
     """Exact TRACE prefix allocation; with ``token_budget`` a continuation costs its remaining
     turns and the budget is ``budget`` whole episodes (longest depth + remaining)."""
     if not cfg.token_budget or len(v) == 0:
-        return allocate_prefixes(v, r, budget, max_per_node=cfg.max_per_node)
+        return allocate_prefixes(v, r, budget, max_per_node=cfg.max_per_node, objective=cfg.prefix_objective)
     remaining = np.asarray(remaining_turns, dtype=float)
     episode = float(remaining.max())  # a fresh rollout costs a whole episode
-    return allocate_prefixes(v, r, budget * episode, max_per_node=cfg.max_per_node, cost=remaining)
+    return allocate_prefixes(v, r, budget * episode, max_per_node=cfg.max_per_node, cost=remaining,
+                             objective=cfg.prefix_objective)
 
 
 # ----------------------------------------------------------------------------- strategies
@@ -191,7 +208,7 @@ class _TracePrefix(Strategy):
 
 def _trace_root(self: Strategy, v_pred, cfg: AllocationConfig, rng) -> np.ndarray:
     return allocate_roots(v_pred, self.root_budget(cfg), max_per_prompt=cfg.max_per_prompt,
-                          min_active=cfg.min_active)
+                          min_active=cfg.min_active, objective=cfg.root_objective)
 
 
 @register_strategy("grpo")

@@ -1,0 +1,109 @@
+"""The seven stages of ``trace_core.iteration`` called directly, in flow order, on the shipped
+tiny policy (no Prefect): each returns its frozen record and writes what the next one reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from pydantic import ValidationError
+
+from trace_core import iteration as it
+from trace_core.config import load_train_config
+from trace_core.policy.model import TINY_WARM_DIR
+from trace_core.results import (
+    Evaluation,
+    Generation,
+    IterationResults,
+    PolicyUpdate,
+    RootAllocation,
+    Verified,
+)
+from trace_core.run import RunRef, initial_checkpoint
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+pytestmark = pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
+                                reason="shipped tiny checkpoint missing: run `trace-rl warmup`")
+
+
+@pytest.fixture(scope="module")
+def one_iteration(tmp_path_factory):
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.eval_tasks=12", "allocation.budget_total=48"])
+    ref = RunRef(str(tmp_path_factory.mktemp("home")), "it")
+    ckpt = initial_checkpoint(cfg)
+    pred = it.refresh_predictor(ref, cfg, 0)
+    roots = it.allocate_roots(ref, cfg, 0, pred)
+    raw = it.generate_raw_rollouts(ref, cfg, 0, ckpt, roots)
+    prefixes = it.score_prefixes(ref, cfg, 0, pred, raw)
+    ext = it.extend_prefixes(ref, cfg, 0, ckpt, raw, prefixes)
+    ver = it.verify_rewards(ref, cfg, 0, pred, roots, raw, prefixes, ext)
+    upd = it.update_policy(ref, cfg, 0, ckpt, ver)
+    results = IterationResults(predictor=pred, roots=roots, raw=raw, prefixes=prefixes, extensions=ext,
+                               verified=ver, update=upd)
+    return cfg, ref, results
+
+
+def test_root_allocation_respects_the_root_budget(one_iteration):
+    cfg, _, res = one_iteration
+    assert isinstance(res.roots, RootAllocation)
+    prompts = pl.read_parquet(res.roots.prompts)
+    assert prompts.height == res.roots.candidates == cfg.run.candidate_pool
+    m = prompts["m_alloc"].to_numpy()
+    assert ((m == 0) | (m >= cfg.allocation.min_active)).all()
+    assert int(m.sum()) == res.roots.root_budget_used <= cfg.allocation.budget_total
+
+
+def test_raw_rollouts_follow_the_allocation(one_iteration):
+    _, _, res = one_iteration
+    nodes = pl.read_parquet(res.raw.path)
+    prompts = pl.read_parquet(res.roots.prompts).filter(pl.col("m_alloc") > 0)
+    per_prompt = nodes.filter(pl.col("is_leaf")).group_by("prompt_id").len()
+    assert dict(per_prompt.iter_rows()) == dict(prompts.select("prompt_id", "m_alloc").iter_rows())
+    assert isinstance(res.raw, Generation) and res.raw.trajectories == int(prompts["m_alloc"].sum())
+
+
+def test_extensions_spend_what_is_left(one_iteration):
+    cfg, _, res = one_iteration
+    assert res.prefixes.ext_budget == cfg.allocation.budget_total - res.raw.trajectories
+    assert res.prefixes.ext_used <= res.prefixes.ext_budget
+    ext = pl.read_parquet(res.extensions.path)
+    assert res.extensions.trajectories == (int(ext["is_leaf"].sum()) if ext.height else 0) == res.prefixes.ext_used
+
+
+def test_verified_shard_and_metrics(one_iteration):
+    cfg, _, res = one_iteration
+    assert isinstance(res.verified, Verified)
+    nodes = pl.read_parquet(res.verified.nodes)
+    leaves = nodes.filter(pl.col("is_leaf"))
+    assert leaves["reward"].null_count() == 0 and leaves["reward_reason"].null_count() == 0
+    assert res.verified.trajectories == res.raw.trajectories + res.extensions.trajectories <= cfg.allocation.budget_total
+    assert 0.0 <= res.verified.effective_ratio <= 1.0
+    assert res.verified.effective + res.verified.wasted == res.verified.trajectories
+
+
+def test_update_writes_the_next_checkpoint(one_iteration):
+    _, ref, res = one_iteration
+    assert isinstance(res.update, PolicyUpdate)
+    assert Path(res.update.checkpoint) == ref.checkpoint(0)
+    assert (Path(res.update.checkpoint) / "model.safetensors").is_file()
+    # sequences with a non-zero advantage are trained on; with none, the step is skipped
+    assert (res.update.loss is not None) == (res.update.stats["sequences"] > 0)
+    assert (res.update.stats["sequences"] > 0) == (res.verified.effective > 0)
+
+
+def test_records_round_trip_as_json(one_iteration):
+    _, _, res = one_iteration
+    again = IterationResults.model_validate_json(res.model_dump_json())
+    assert again == res
+    with pytest.raises(ValidationError):
+        res.raw.trajectories = 0  # frozen
+
+
+def test_evaluate_and_record(one_iteration):
+    cfg, ref, res = one_iteration
+    ev = it.evaluate(cfg, res.update.checkpoint)
+    assert isinstance(ev, Evaluation) and 0.0 <= ev.accuracy <= 1.0
+    assert sum(n for *_, n in ev.cells) == len(it.heldout_pool(cfg)) * cfg.run.eval_samples
+    row = it.record_iteration(ref, cfg, 0, res, ev)
+    assert row["budget_used"] == res.verified.trajectories and row["accuracy"] == ev.accuracy

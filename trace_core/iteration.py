@@ -1,0 +1,285 @@
+"""One TRACE iteration: the seven stages in the order the method runs them.
+
+    refresh_predictor      (1) fit the success predictor on every labelled node so far
+    allocate_roots         (2) score the candidate pool, choose m_i rollouts per prompt
+    generate_raw_rollouts  (3) m_i multi-turn rollouts per chosen prompt, every node recorded
+    score_prefixes         (4) predict V at every open prefix, choose K_ijt continuations
+    extend_prefixes        (5) K continuations from each chosen prefix
+    verify_rewards         (6) re-verify rewards; subtree means, advantages, metrics; final shards
+    update_policy          (7) clipped-surrogate update on the trees, next checkpoint
+    evaluate, record_iteration   held-out accuracy; the iteration's summary row
+
+Each stage is a function over files (no Prefect, no MLflow): it reads the references earlier
+stages returned, does one thing, writes its output atomically and returns a frozen record
+(``trace_core.results``) that Prefect can cache and replay after a crash. Stage outputs that are
+not final live under ``runs/<id>/staging/``; the verified node table is the shard behind the
+``nodes`` view.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import torch
+
+from trace_core.advantage import compute_advantages
+from trace_core.allocation import get_strategy
+from trace_core.config import TrainConfig
+from trace_core.metrics import trajectory_metrics
+from trace_core.policy.live import load_policy_for
+from trace_core.pools import candidate_pool, heldout_pool, tasks_by_id
+from trace_core.records import (
+    iteration_row,
+    prediction_rows,
+    prompt_rows,
+    prospective_metrics,
+    reverify,
+    with_prefix_decisions,
+)
+from trace_core.results import (
+    Evaluation,
+    Generation,
+    IterationResults,
+    PolicyUpdate,
+    PredictorFit,
+    PrefixAllocation,
+    RootAllocation,
+    Verified,
+)
+from trace_core.rollout import RolloutConfig, run_rollouts
+from trace_core.rollout import extend_prefixes as run_extensions
+from trace_core.rollout_nodes import root_rows
+from trace_core.run import RunRef, iteration_seed
+from trace_core.shards import ShardWriter, read_shard, shard_path, write_parquet_atomic
+from trace_core.tree import nodes_frame
+from trace_core.utility import prefix_utility, root_utility
+
+
+# ----------------------------------------------------------------------------- shared settings
+@lru_cache(maxsize=4)
+def _envs(env_json: str) -> dict:
+    from trace_core.envs import make_envs
+    from trace_core.envs.config import EnvConfig
+
+    return make_envs(EnvConfig.model_validate_json(env_json))
+
+
+def environments(cfg: TrainConfig) -> dict:
+    """One environment per family (built once per process: the QA search index is not free)."""
+    return _envs(cfg.env.model_dump_json())
+
+
+def rollout_config(cfg: TrainConfig) -> RolloutConfig:
+    return RolloutConfig(max_turns=cfg.env.max_turns,
+                         max_context_tokens=min(cfg.model.max_position_embeddings - cfg.sampling.max_new_tokens,
+                                                cfg.env.max_tokens_per_episode + 1024))
+
+
+def _sampling(cfg: TrainConfig, iteration: int, stage: str):
+    return cfg.sampling.model_copy(update={"seed": iteration_seed(cfg, iteration, stage) % (2**31)})
+
+
+def _clip(v: np.ndarray, cfg: TrainConfig) -> np.ndarray:
+    eps = cfg.allocation.min_prob
+    return np.clip(np.asarray(v, dtype=float), eps, 1.0 - eps)
+
+
+def _load_predictor(path: str):
+    return torch.load(path, weights_only=False)
+
+
+def history_nodes(ref: RunRef, before: int) -> pl.DataFrame:
+    """Every verified node of this run from iterations ``< before`` (what the predictor learns from)."""
+    frames = [read_shard(p) for i in range(before)
+              if (p := shard_path(ref.home, "nodes", ref.run_id, "final", i)).is_file()]
+    return pl.concat(frames, how="vertical_relaxed") if frames else nodes_frame([])
+
+
+def prefix_candidates(nodes: pl.DataFrame) -> pl.DataFrame:
+    """Open prefix nodes of the raw rollouts (depth >= 1, not a leaf) with the 0/1 reward ``r``
+    of the raw trajectory they lie on."""
+    leaves = nodes.filter(pl.col("is_leaf")).select("trajectory_id", pl.col("reward").alias("r"))
+    return (nodes.filter((pl.col("depth") >= 1) & ~pl.col("is_leaf") & (pl.col("origin") == "raw"))
+            .join(leaves, on="trajectory_id", how="left")
+            .with_columns(pl.col("r").fill_null(0.0)))
+
+
+# ----------------------------------------------------------------------------- (1) - (7)
+def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int) -> PredictorFit:
+    """(1) Fit the predictor on all labelled nodes so far, warm-started from the previous fit."""
+    from trace_core.predictor import make_predictor
+
+    t0 = time.perf_counter()
+    torch.manual_seed(iteration_seed(cfg, iteration, "predictor") % (2**31))
+    prev = ref.predictor(iteration - 1) if iteration > 0 else None
+    predictor = _load_predictor(str(prev)) if prev is not None and prev.is_file() else make_predictor(cfg.predictor)
+    report = predictor.fit(history_nodes(ref, iteration))
+    path = ref.predictor(iteration)
+    tmp = path.with_suffix(".tmp")
+    torch.save(predictor, tmp)
+    tmp.replace(path)
+    return PredictorFit(path=str(path), fit=report.as_dict(), seconds=time.perf_counter() - t0)
+
+
+def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit) -> RootAllocation:
+    """(2) Score the candidate pool and choose m_i per prompt (0 skips it)."""
+    t0 = time.perf_counter()
+    tasks = candidate_pool(cfg, iteration)
+    v = _clip(_load_predictor(predictor.path).predict(root_rows(ref.run_id, iteration, cfg.allocation.strategy, tasks)), cfg)
+    rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
+    m = np.asarray(get_strategy(cfg.allocation.strategy).allocate_roots(v, cfg.allocation, rng), dtype=np.int64)
+    utility = root_utility(v, m)
+    prompts = pl.DataFrame({
+        "run_id": ref.run_id, "strategy": cfg.allocation.strategy, "iteration": iteration,
+        "prompt_id": [t.prompt_id for t in tasks], "task": [t.family for t in tasks],
+        "difficulty": [t.difficulty for t in tasks], "v_pred": v, "m_alloc": m, "utility": utility,
+    })
+    path = write_parquet_atomic(prompts, ref.staging(iteration, "prompts"))
+    return RootAllocation(prompts=str(path), candidates=len(tasks), active=int((m > 0).sum()),
+                          root_budget_used=int(m.sum()), expected_contrastive=float(utility.sum()),
+                          expected_effective=float((m * utility).sum()), seconds=time.perf_counter() - t0)
+
+
+def _generation(nodes: pl.DataFrame, path: Path, t0: float) -> Generation:
+    secs = time.perf_counter() - t0
+    tokens = int(nodes["new_tokens"].sum() or 0) if nodes.height else 0
+    return Generation(path=str(path), trajectories=int(nodes["is_leaf"].sum() or 0) if nodes.height else 0,
+                      tokens=tokens, tokens_per_s=tokens / max(secs, 1e-9), seconds=secs)
+
+
+def generate_raw_rollouts(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str,
+                          roots: RootAllocation) -> Generation:
+    """(3) m_i raw rollouts of every chosen prompt, turn by turn, every node recorded."""
+    t0 = time.perf_counter()
+    chosen = read_shard(roots.prompts).filter(pl.col("m_alloc") > 0)
+    by_id = tasks_by_id(cfg, iteration)
+    pol = load_policy_for(cfg, checkpoint)
+    nodes = run_rollouts(
+        pol.engine, pol.chat, environments(cfg), [by_id[p] for p in chosen["prompt_id"]], chosen["m_alloc"].to_list(),
+        sampling=_sampling(cfg, iteration, "raw"), cfg=rollout_config(cfg), seed=iteration_seed(cfg, iteration, "raw"),
+        run_id=ref.run_id, iteration=iteration, strategy=cfg.allocation.strategy,
+        v_pred=chosen["v_pred"].to_list(), utility=chosen["utility"].to_list())
+    return _generation(nodes, write_parquet_atomic(nodes, ref.staging(iteration, "raw")), t0)
+
+
+def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit,
+                   raw: Generation) -> PrefixAllocation:
+    """(4) Predict V at every open prefix, then choose K continuations per prefix."""
+    t0 = time.perf_counter()
+    nodes = read_shard(raw.path)
+    cands = prefix_candidates(nodes)
+    v_all = _clip(_load_predictor(predictor.path).predict(nodes), cfg) if nodes.height else np.zeros(0)
+    v_by_id = dict(zip(nodes["node_id"].to_list(), v_all.tolist(), strict=True))
+    v = np.array([v_by_id[n] for n in cands["node_id"]], dtype=float)
+    r = (cands["r"].to_numpy() > 0.5).astype(float)
+    ext_budget = max(cfg.allocation.budget_total - raw.trajectories, 0)
+    remaining = np.maximum(cfg.env.max_turns - cands["depth"].to_numpy(), 1)
+    rng = np.random.default_rng(iteration_seed(cfg, iteration, "prefixes"))
+    k = np.asarray(get_strategy(cfg.allocation.strategy).allocate_prefixes(
+        v, r, cands["depth"].to_numpy(), remaining, ext_budget, cfg.allocation, rng), dtype=np.int64)
+    alloc = pl.DataFrame({"node_id": cands["node_id"], "v_pred": v, "r": r, "k": k,
+                          "utility": prefix_utility(v, r, k) if len(k) else np.zeros(0)},
+                         schema_overrides={"k": pl.Int64})
+    path = write_parquet_atomic(alloc, ref.staging(iteration, "prefix_alloc"))
+    return PrefixAllocation(path=str(path), prefixes=cands.height, ext_budget=ext_budget, ext_used=int(k.sum()),
+                            branched=int((k > 0).sum()), seconds=time.perf_counter() - t0)
+
+
+def extend_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, raw: Generation,
+                    prefixes: PrefixAllocation) -> Generation:
+    """(5) K continuations from each chosen prefix (environment replayed, prefix KV shared)."""
+    t0 = time.perf_counter()
+    alloc = read_shard(prefixes.path).filter(pl.col("k") > 0)
+    counts = dict(zip(alloc["node_id"].to_list(), alloc["k"].to_list(), strict=True))
+    new = nodes_frame([])
+    if counts:
+        pol = load_policy_for(cfg, checkpoint)
+        new = run_extensions(pol.engine, pol.chat, environments(cfg), tasks_by_id(cfg, iteration),
+                             read_shard(raw.path), counts, sampling=_sampling(cfg, iteration, "extend"),
+                             cfg=rollout_config(cfg), seed=iteration_seed(cfg, iteration, "extend"))
+    return _generation(new, write_parquet_atomic(new, ref.staging(iteration, "extensions")), t0)
+
+
+def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
+                   raw: Generation, prefixes: PrefixAllocation, extensions: Generation) -> Verified:
+    """(6) Re-verify rewards, fill subtree rewards, prefix decisions and advantages; write the
+    iteration's node, prompt and prediction shards (the rows behind the views)."""
+    t0 = time.perf_counter()
+    nodes = pl.concat([read_shard(raw.path), read_shard(extensions.path)], how="vertical_relaxed")
+    nodes, mismatched = reverify(nodes, environments(cfg), tasks_by_id(cfg, iteration))
+    nodes = with_prefix_decisions(nodes, read_shard(prefixes.path))
+    nodes = compute_advantages(nodes, cfg.advantage)
+    writer = ShardWriter(ref.home, ref.run_id, strategy=cfg.allocation.strategy)
+    writer.write("nodes", nodes, stage="final", iteration=iteration)
+    writer.write("prompts", prompt_rows(read_shard(roots.prompts), nodes), stage="final", iteration=iteration)
+    writer.write("predictions", prediction_rows(nodes), stage="final", iteration=iteration)
+    return Verified(nodes=str(writer.path("nodes", stage="final", iteration=iteration)),
+                    predictor_metrics=prospective_metrics(nodes, _load_predictor(predictor.path)),
+                    reward_mismatches=mismatched, seconds=time.perf_counter() - t0, **trajectory_metrics(nodes))
+
+
+def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, verified: Verified) -> PolicyUpdate:
+    """(7) One clipped-surrogate update on the iteration's trees; save the next checkpoint."""
+    from trace_core.policy.checkpoint import STATE_FILE, load_checkpoint, save_checkpoint
+    from trace_core.policy.update import build_sequences, make_optimizer
+    from trace_core.policy.update import update_policy as clipped_update
+
+    t0 = time.perf_counter()
+    pol = load_policy_for(cfg, checkpoint)
+    nodes = read_shard(verified.nodes)
+    tasks, envs = tasks_by_id(cfg, iteration), environments(cfg)
+    messages = {p: envs[tasks[p].family].reset(tasks[p]).messages() for p in nodes["prompt_id"].unique()}
+    skip = get_strategy(cfg.allocation.strategy).drop_zero_variance or cfg.update.skip_zero_advantage
+    seqs = build_sequences(nodes, pol.chat, messages, skip_zero_advantage=skip)
+    optimizer, scheduler = make_optimizer(pol.model, cfg.update)
+    if (Path(checkpoint) / STATE_FILE).is_file():  # continue the optimizer of the last update
+        load_checkpoint(checkpoint, pol.model, optimizer=optimizer, scheduler=scheduler, restore_rng=False)
+    torch.manual_seed(iteration_seed(cfg, iteration, "update") % (2**31))
+    pol.engine.sleep()  # a colocated vLLM engine frees the GPU for the trainer; a no-op for hf
+    stats = clipped_update(pol.model, optimizer, scheduler, seqs, cfg.update, pad_id=pol.tokenizer.pad_token_id,
+                           seed=iteration_seed(cfg, iteration, "update"))
+    out = ref.checkpoint(iteration)
+    save_checkpoint(out, pol.model, optimizer=optimizer, scheduler=scheduler, tokenizer=pol.tokenizer,
+                    cursor={"iteration": iteration + 1})
+    pol.engine.wake()  # the next stage loads the new weights into it (policy.live.load_policy_for)
+    return PolicyUpdate(checkpoint=str(out), stats={k: float(v) for k, v in stats.items()},
+                        seconds=time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------- evaluate, record
+def evaluate(cfg: TrainConfig, checkpoint: str) -> Evaluation:
+    """Held-out accuracy (mean sampled reward) per family and overall."""
+    from trace_core.rollout import evaluate_rewards
+
+    t0 = time.perf_counter()
+    tasks = heldout_pool(cfg)
+    if not tasks or cfg.run.eval_tasks == 0:
+        return Evaluation()
+    pol = load_policy_for(cfg, checkpoint)
+    seed = iteration_seed(cfg, 0, "eval")  # the same episodes' randomness for every checkpoint
+    rewards = evaluate_rewards(pol.engine, pol.chat, environments(cfg), tasks, cfg.run.eval_samples,
+                               sampling=cfg.sampling.model_copy(update={"seed": seed % 2**31}),
+                               cfg=rollout_config(cfg), seed=seed)
+    return _evaluation(tasks, rewards, time.perf_counter() - t0)
+
+
+def _evaluation(tasks, rewards: np.ndarray, seconds: float) -> Evaluation:
+    fam = np.array([t.family for t in tasks])
+    cells = pl.DataFrame({"task": fam, "difficulty": [int(t.difficulty) for t in tasks],
+                          "s": (rewards > 0.5).sum(axis=1), "n": np.full(len(tasks), rewards.shape[1])})
+    cells = cells.group_by("task", "difficulty").agg(pl.col("s").sum(), pl.col("n").sum()).sort("task", "difficulty")
+    return Evaluation(accuracy=float(rewards.mean()),
+                      by_family={f: float(rewards[fam == f].mean()) for f in sorted(set(fam))},
+                      cells=[tuple(r) for r in cells.iter_rows()], seconds=seconds)
+
+
+def record_iteration(ref: RunRef, cfg: TrainConfig, iteration: int, results: IterationResults,
+                     accuracy: Evaluation) -> dict:
+    """Write the iteration's summary row (budget, tokens, metrics, accuracy, stage timings)."""
+    row = iteration_row(ref.run_id, cfg.allocation.strategy, iteration, cfg.allocation.budget_total, results, accuracy)
+    ShardWriter(ref.home, ref.run_id).write("iterations", pl.DataFrame([row]), stage="final", iteration=iteration)
+    return row

@@ -1,0 +1,110 @@
+"""Configuration of the policy: model sizes or path, tokenizer training, SFT warm start and the
+policy-gradient update (the ``model``, ``warmup`` and ``update`` sections of a run config).
+
+Pure pydantic: importing this module (and so ``trace_core.config``) loads no torch or
+transformers; the code that uses each model lives beside it (``model``, ``tokenizer``,
+``warmup``, ``update``), which re-export their config for existing imports.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: The warm-started tiny checkpoint shipped with the package (``trace-rl warmup`` rebuilds it).
+TINY_WARM_DIR = Path(__file__).resolve().parents[1] / "assets" / "tiny-warm"
+
+
+class ModelConfig(BaseModel):
+    """Policy model: sizes of the tiny Qwen3, or ``path`` to a local HF model directory.
+
+    Default sizes are the prototype's (3.4M parameters with a 1024 vocab): big enough to reach
+    ~35% sampled success after ~16 CPU-minutes of SFT, small enough to sample fast on CPU. A
+    10.7M variant learned more slowly per wall-clock minute there.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = Field(
+        None, description="Local directory of a HF causal LM + tokenizer (e.g. Qwen3-8B). None: the shipped "
+        "tiny-warm checkpoint when loading; the sizes below when building from scratch (warm-up).")
+    hidden_size: int = Field(256, ge=8, le=16384, description="Residual width.")
+    num_layers: int = Field(4, ge=1, le=128, description="Decoder blocks.")
+    num_heads: int = Field(4, ge=1, le=128, description="Query heads.")
+    num_kv_heads: int = Field(2, ge=1, le=128, description="Key/value heads (grouped-query attention).")
+    head_dim: int = Field(64, ge=8, le=512, description="Per-head width (Qwen3 decouples it from hidden/heads).")
+    intermediate_size: int = Field(768, ge=8, le=65536, description="SwiGLU FFN width (~3x hidden).")
+    vocab_size: int = Field(1024, ge=16, le=262144, description="Must match the tokenizer (tiny: 1024).")
+    max_position_embeddings: int = Field(2048, ge=64, le=131072, description="Longest episode in tokens.")
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base; 1e4 is plenty for ~1k-token episodes.")
+    tie_embeddings: bool = Field(True, description="Share input and output embeddings (halves the 1024x256 tables).")
+    dtype: str = Field("float32", pattern="^(float32|bfloat16|float16)$",
+                       description="Weights dtype after loading; float32 for CPU training (bf16 via autocast).")
+
+
+class TokenizerConfig(BaseModel):
+    """How the tiny tokenizer is trained."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vocab_size: int = Field(1024, ge=300, le=65536, description="Total vocabulary incl. 256 byte symbols and specials.")
+    min_frequency: int = Field(2, ge=1, le=1000, description="A merge must occur this often in the corpus.")
+
+
+class WarmupConfig(BaseModel):
+    """SFT warm start of the tiny policy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(3000, ge=1, le=1_000_000, description="Optimizer steps (~20 CPU-minutes at the default size).")
+    batch_size: int = Field(16, ge=1, le=1024, description="Episodes per step.")
+    lr: float = Field(2e-3, gt=0, le=1.0, description="Peak AdamW learning rate (tiny models take a high one).")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine floor as a share of lr (~lr/10).")
+    warmup_steps: int = Field(100, ge=0, le=100_000, description="Linear ramp from 0 to lr.")
+    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW decoupled weight decay.")
+    grad_clip: float = Field(1.0, gt=0, le=100, description="Global grad-norm clip.")
+    bf16_autocast: Literal["auto", "on", "off"] = Field(
+        "auto", description="bf16 autocast: 1.7-1.9x faster than fp32 on a CPU with native bf16 (AVX512-BF16 / AMX), "
+        "but ~20x *slower* on AVX2-only CPUs (measured here); 'auto' uses it only where it is native or on CUDA.")
+    bucket_batches: int = Field(32, ge=1, le=4096,
+                                description="Batches pooled and sorted by length before cutting (1 = unsorted).")
+    families: dict[str, float] = Field(default_factory=lambda: {"math": 1.0, "qa": 1.0, "fc": 1.0},
+                                       description="Mix weights of the families in the demos.")
+    difficulties: list[int] = Field(default_factory=lambda: [0, 1, 2, 3],
+                                    description="Difficulty levels drawn uniformly for the demos.")
+    seed: int = Field(0, ge=0, description="Seeds the demo stream, the init and the batch order.")
+    num_threads: int = Field(1, ge=1, le=256, description="torch CPU threads. On a shared, oversubscribed CPU one "
+                             "thread measured ~4x faster than two (1200 vs 310 tokens/s).")
+    device: str = Field("cpu", pattern="^(cpu|cuda(:[0-9]+)?)$", description="Where SFT runs.")
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="Tokenizer training.")
+    tokenizer_demos: int = Field(3000, ge=10, le=1_000_000, description="Demos the tokenizer is trained on.")
+    log_every: int = Field(50, ge=1, le=100_000, description="Steps between log lines.")
+    init_from: str | None = Field(
+        None, description="Continue SFT from this checkpoint directory (its weights and tokenizer; model sizes "
+        "are ignored) instead of building a fresh model. Its recipe is kept under 'stages' in the new one.")
+    save_every: int = Field(0, ge=0, le=1_000_000, description="Steps between interim saves (0 = only at the end).")
+
+
+class UpdateConfig(BaseModel):
+    """One policy update over a batch of trajectories."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(3e-4, gt=0, le=1.0, description="AdamW learning rate (tiny model: 3e-4; 5e-5 barely moved it).")
+    weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW decoupled weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
+    warmup_steps: int = Field(0, ge=0, le=100_000, description="Linear LR warm-up in optimizer steps.")
+    clip_eps: float = Field(0.2, gt=0, le=1.0, description="PPO clip range ε (lower side).")
+    clip_eps_high: float | None = Field(None, gt=0, le=1.0, description="Upper clip (DAPO clip-higher); None = clip_eps.")
+    kl_coef: float = Field(0.0, ge=0, le=10.0, description="β of the k3 KL to the reference policy; 0 = no reference.")
+    max_grad_norm: float = Field(1.0, gt=0, le=1e6, description="Global gradient-norm clip.")
+    minibatch_size: int = Field(64, ge=1, le=1_000_000, description="Trajectories per optimizer step.")
+    micro_batch_size: int = Field(16, ge=1, le=100_000,
+                                  description="Trajectories per forward pass (gradient accumulation within a minibatch).")
+    ppo_epochs: int = Field(1, ge=1, le=32, description="Passes over the batch (1 = on-policy GRPO).")
+    temperature: float = Field(1.0, gt=0, le=5.0, description="Logits / T before log-softmax; match the sampling temperature.")
+    skip_zero_advantage: bool = Field(True, description="Drop trajectories whose loss tokens all have A = 0 "
+                                      "(no policy-gradient signal; kept when kl_coef > 0).")
+    autocast_bf16: bool = Field(False, description="bf16 autocast for forward passes (≈1.8× faster on CPU here).")

@@ -1,0 +1,67 @@
+"""The live policy of a process: model, tokenizer, chat format and engine for one checkpoint.
+
+Stages exchange only checkpoint paths; the heavy objects are built from a path on first use in
+a process and cached here, so a resumed run or a Prefect worker rebuilds exactly the same state.
+A new checkpoint of the same run reloads weights into the cached engine instead of rebuilding
+it, as a vLLM worker must.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from trace_core.config import TrainConfig
+
+
+@dataclass
+class Policy:
+    """A loaded policy: model, tokenizer, chat format and engine, for one checkpoint."""
+
+    checkpoint: str
+    model: Any
+    tokenizer: Any
+    chat: Any
+    engine: Any
+
+
+_CACHE: dict[str, Policy] = {}
+_LOCK = threading.Lock()
+
+
+def torch_device(cfg: TrainConfig) -> str:
+    import torch
+
+    if cfg.run.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return cfg.run.device
+
+
+def load_policy_for(cfg: TrainConfig, checkpoint: str) -> Policy:
+    """The policy at ``checkpoint`` (cached per process)."""
+    import torch
+
+    from trace_core.engines.base import engine_class
+    from trace_core.policy.chat import ChatFormat
+    from trace_core.policy.model import load_policy
+
+    with _LOCK:
+        if checkpoint in _CACHE:
+            return _CACHE[checkpoint]
+        if cfg.run.threads:
+            torch.set_num_threads(cfg.run.threads)
+        if _CACHE:  # same run, new weights: reload into the live engine
+            old = next(iter(_CACHE.values()))
+            _CACHE.clear()
+            old.engine.load_weights(checkpoint)
+            pol = Policy(checkpoint, old.model, old.tokenizer, old.chat, old.engine)
+        else:
+            model, tokenizer = load_policy(checkpoint)
+            model.to(torch_device(cfg))
+            chat = ChatFormat(tokenizer)
+            engine = engine_class(cfg.run.engine).for_policy(model=model, checkpoint=checkpoint, chat=chat,
+                                                             seed=cfg.run.seed)
+            pol = Policy(checkpoint, model, tokenizer, chat, engine)
+        _CACHE[checkpoint] = pol
+        return pol

@@ -1,0 +1,112 @@
+"""What each stage of an iteration returns: small, frozen, JSON-serialisable records.
+
+Paths point at Parquet shards or checkpoint directories; the rest are counts, timings and
+metrics. Prefect persists and replays these (as JSON) after a crash; the flow passes them on
+and tracking and the Prefect artifacts read their fields.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StageResult(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seconds: float = Field(0.0, description="Wall seconds of the stage's work (shard writes included).")
+
+
+class PredictorFit(StageResult):
+    """Stage 1: the refreshed predictor's state file and its fit report."""
+
+    path: str
+    fit: dict = Field(default_factory=dict)
+
+
+class RootAllocation(StageResult):
+    """Stage 2: the prompts shard (candidates with ``v_pred`` and ``m_alloc``)."""
+
+    prompts: str
+    candidates: int
+    active: int
+    root_budget_used: int
+    expected_contrastive: float
+    expected_effective: float = 0.0
+
+
+class Generation(StageResult):
+    """Stages 3 and 5: generated nodes (raw rollouts or continuations)."""
+
+    path: str
+    trajectories: int
+    tokens: int
+    tokens_per_s: float
+
+
+class PrefixAllocation(StageResult):
+    """Stage 4: K per open prefix of the raw rollouts."""
+
+    path: str
+    prefixes: int
+    ext_budget: int
+    ext_used: int
+    branched: int
+
+
+class Verified(StageResult):
+    """Stage 6: the iteration's final node shard and the metrics measured on it."""
+
+    nodes: str
+    trajectories: int
+    effective: int
+    wasted: int
+    tokens: int
+    effective_ratio: float
+    wasted_share: float
+    effective_per_1k_tokens: float
+    train_reward: float
+    reward_mismatches: int = 0
+    predictor_metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class PolicyUpdate(StageResult):
+    """Stage 7: the new checkpoint and the update's statistics (loss, KL, clip fraction, ...)."""
+
+    checkpoint: str
+    stats: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def loss(self) -> float | None:
+        return self.stats.get("loss")
+
+
+class Evaluation(StageResult):
+    """Held-out accuracy (mean sampled reward), overall and per family; ``cells`` holds the
+    per-(family, difficulty) success counts ``[[family, difficulty, successes, samples], ...]``."""
+
+    accuracy: float | None = None
+    by_family: dict[str, float] = Field(default_factory=dict)
+    cells: list[tuple[str, int, int, int]] = Field(default_factory=list)
+
+    def columns(self) -> dict[str, float]:
+        """``accuracy`` and ``accuracy_<family>`` (the iterations table's columns)."""
+        if self.accuracy is None:
+            return {}
+        return {"accuracy": self.accuracy, **{f"accuracy_{f}": v for f, v in self.by_family.items()}}
+
+
+class IterationResults(BaseModel):
+    """Every stage result of one iteration, in flow order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    predictor: PredictorFit
+    roots: RootAllocation
+    raw: Generation
+    prefixes: PrefixAllocation
+    extensions: Generation
+    verified: Verified
+    update: PolicyUpdate
+
+    def stage_seconds(self) -> dict[str, float]:
+        return {name: getattr(self, name).seconds for name in type(self).model_fields}

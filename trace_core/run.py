@@ -1,0 +1,73 @@
+"""A run's identity: where it lives on disk and the seeds its stages draw from.
+
+Every layer that needs a run's files (the stages, tracking, compare, the report) asks a
+``RunRef`` instead of rebuilding ``home/runs/<id>`` itself.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trace_core.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """Where a run lives: ``home/runs/<run_id>/`` holds its staging files, checkpoints,
+    predictor states and artifacts; ``home/shards/`` the Parquet shards behind the DuckDB views."""
+
+    home: str
+    run_id: str
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.home) / "runs" / self.run_id
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.run_dir / "artifacts"
+
+    def staging(self, iteration: int, name: str) -> Path:
+        """Intermediate stage output (not behind the views: the final nodes shard is)."""
+        d = self.run_dir / "staging" / f"iter={iteration:05d}"
+        d.mkdir(parents=True, exist_ok=True)
+        return d / f"{name}.parquet"
+
+    def checkpoint(self, iteration: int) -> Path:
+        return self.run_dir / "checkpoints" / f"iter={iteration:05d}"
+
+    def predictor(self, iteration: int) -> Path:
+        d = self.run_dir / "predictor"
+        d.mkdir(parents=True, exist_ok=True)
+        return d / f"iter={iteration:05d}.pt"
+
+
+def run_dir(home: str | Path, run_id: str) -> Path:
+    """``home/runs/<run_id>`` (for callers that hold a home and an id, not a ``RunRef``)."""
+    return RunRef(str(home), run_id).run_dir
+
+
+def new_run_id(cfg: TrainConfig) -> str:
+    return f"{cfg.allocation.strategy}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def iteration_seed(cfg: TrainConfig, iteration: int, stage: str) -> int:
+    """A seed for (run seed, iteration, stage): every random choice of a stage derives from it."""
+    salt = int.from_bytes(stage.encode()[:8].ljust(8, b"\0"), "little")
+    return int(np.random.SeedSequence([cfg.run.seed, iteration, salt]).generate_state(1)[0])
+
+
+def initial_checkpoint(cfg: TrainConfig) -> str:
+    """The checkpoint iteration 0 starts from: ``model.path`` or the shipped tiny policy."""
+    from trace_core.policy.model import TINY_WARM_DIR
+
+    path = Path(cfg.model.path) if cfg.model.path else TINY_WARM_DIR
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no model at {path}: set model.path to a local HF model directory, "
+                                "or run `trace-rl warmup` to rebuild the tiny checkpoint")
+    return str(path)
