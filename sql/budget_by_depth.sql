@@ -5,7 +5,7 @@ WITH by_depth AS (
         anchor_depth,
         sum(trajectories)::BIGINT AS trajectories,
         sum(tokens)::BIGINT AS tokens,
-        coalesce(sum(trajectories) FILTER (WHERE contrastive), 0)::BIGINT AS effective
+        sum(effective)::BIGINT AS effective
     FROM scoped_groups($run_id::VARCHAR)
     GROUP BY run_id, anchor_depth
 )

@@ -4,10 +4,10 @@ SELECT
     strategy,
     count(DISTINCT run_id) AS runs,
     sum(trajectories)::BIGINT AS trajectories,
-    coalesce(sum(trajectories) FILTER (WHERE contrastive), 0)::BIGINT AS effective,
-    round(coalesce(sum(trajectories) FILTER (WHERE contrastive), 0) / sum(trajectories), 4) AS effective_ratio,
+    sum(effective)::BIGINT AS effective,
+    round(sum(effective) / sum(trajectories), 4) AS effective_ratio,
     sum(tokens)::BIGINT AS tokens,
-    round(1000 * coalesce(sum(trajectories) FILTER (WHERE contrastive), 0) / nullif(sum(tokens), 0), 4) AS effective_per_1k_tokens
+    round(1000 * sum(effective) / nullif(sum(tokens), 0), 4) AS effective_per_1k_tokens
 FROM scoped_groups($run_id::VARCHAR)
 GROUP BY strategy
 ORDER BY effective_ratio DESC, strategy;

@@ -23,8 +23,10 @@ SELECT * FROM read_parquet('shards/runs/**/*.parquet', union_by_name = true);
 -- anchor_id: the node it branched from (the prompt's root for raw rollouts, a prefix node for
 -- continuations). Its group: every trajectory with the same anchor, plus, for a prefix anchor,
 -- the trajectory that passes through the anchor (the raw rollout the continuations contrast
--- with). A trajectory is wasted when its group is zero-contrast: all verified rewards in it are
--- equal (a group of one included); it is effective otherwise. Unverified rewards are ignored.
+-- with). A trajectory is effective when a group it belongs to holds both outcomes: its own
+-- anchor's group, or, for a raw rollout, a branch group it owns; wasted otherwise (a group of
+-- one is zero-contrast). Unverified rewards are ignored. trace_core.metrics.trajectory_table
+-- computes the same in Python (the flow's metric); tests check that they agree.
 CREATE OR REPLACE VIEW trajectories AS
 WITH steps AS (
     SELECT
@@ -85,17 +87,27 @@ anchor_groups AS (
         coalesce(max(reward) > min(reward), false) AS contrastive
     FROM members
     GROUP BY run_id, iteration, anchor_id
+),
+
+credited AS (  -- raw trajectories that own a contrastive branch group
+    SELECT DISTINCT o.run_id, o.iteration, o.owner_id AS trajectory_id
+    FROM anchor_owners AS o
+    INNER JOIN anchor_groups AS g
+        ON g.run_id = o.run_id AND g.iteration = o.iteration AND g.anchor_id = o.anchor_id
+    WHERE g.contrastive
 )
 
 SELECT
     t.run_id, t.strategy, t.iteration, t.trajectory_id, t.prompt_id, t.task, t.difficulty,
     t.origin, t.anchor_id, t.anchor_depth, t.reward, t.turns, t.tokens,
     g.group_size,
-    g.contrastive AS effective,
-    NOT g.contrastive AS wasted
+    g.contrastive OR c.trajectory_id IS NOT NULL AS effective,
+    NOT (g.contrastive OR c.trajectory_id IS NOT NULL) AS wasted
 FROM per_trajectory AS t
 INNER JOIN anchor_groups AS g
-    ON g.run_id = t.run_id AND g.iteration = t.iteration AND g.anchor_id = t.anchor_id;
+    ON g.run_id = t.run_id AND g.iteration = t.iteration AND g.anchor_id = t.anchor_id
+LEFT JOIN credited AS c
+    ON c.run_id = t.run_id AND c.iteration = t.iteration AND c.trajectory_id = t.trajectory_id;
 
 -- One row per sampling group, the unit the named queries count in (far cheaper than the
 -- per-trajectory view over millions of nodes; the same definitions, checked against it in
@@ -105,6 +117,9 @@ INNER JOIN anchor_groups AS g
 --   * extension groups: the continuations from one prefix node plus the raw rollout through it.
 -- trajectories / tokens / successes count the group's own generated trajectories (the owner of
 -- an extension group is counted in its raw group). contrastive: rewards in the group differ.
+-- effective / effective_tokens: the group's own trajectories that are effective (trajectories
+-- view): all of them in a contrastive group; in a zero-contrast raw group, the raw rollouts that
+-- own a contrastive branch group.
 CREATE OR REPLACE VIEW trajectory_groups AS
 WITH raw_groups AS (
     SELECT
@@ -165,16 +180,41 @@ extension_groups AS (
     LEFT JOIN owner_rewards AS o
         ON e.run_id = o.run_id AND e.iteration = o.iteration AND e.anchor_id = o.anchor_id
     GROUP BY e.run_id, e.strategy, e.iteration, e.prompt_id, e.task, e.difficulty, e.anchor_id
+),
+
+raw_trajectories AS (
+    SELECT run_id, iteration, prompt_id, trajectory_id, coalesce(sum(new_tokens), 0)::BIGINT AS tokens
+    FROM nodes
+    WHERE origin = 'raw' AND depth > 0
+    GROUP BY run_id, iteration, prompt_id, trajectory_id
+),
+
+credit AS (  -- per raw group: its rollouts that own a contrastive branch group
+    SELECT r.run_id, r.iteration, r.prompt_id, count(*) AS trajectories, sum(r.tokens)::BIGINT AS tokens
+    FROM raw_trajectories AS r
+    INNER JOIN (
+        SELECT DISTINCT o.run_id, o.iteration, o.owner_id
+        FROM anchor_owners AS o
+        INNER JOIN extension_groups AS g
+            ON g.run_id = o.run_id AND g.iteration = o.iteration AND g.anchor_id = o.anchor_id
+        WHERE g.contrastive
+    ) AS c ON c.run_id = r.run_id AND c.iteration = r.iteration AND c.owner_id = r.trajectory_id
+    GROUP BY r.run_id, r.iteration, r.prompt_id
 )
 
 SELECT
-    run_id, strategy, iteration, prompt_id, task, difficulty, 'raw' AS origin,
-    NULL::VARCHAR AS anchor_id, 0 AS anchor_depth, trajectories, tokens, successes, contrastive
-FROM raw_groups
+    g.run_id, g.strategy, g.iteration, g.prompt_id, g.task, g.difficulty, 'raw' AS origin,
+    NULL::VARCHAR AS anchor_id, 0 AS anchor_depth, g.trajectories, g.tokens, g.successes, g.contrastive,
+    CASE WHEN g.contrastive THEN g.trajectories ELSE coalesce(c.trajectories, 0) END AS effective,
+    CASE WHEN g.contrastive THEN g.tokens ELSE coalesce(c.tokens, 0) END::BIGINT AS effective_tokens
+FROM raw_groups AS g
+LEFT JOIN credit AS c ON c.run_id = g.run_id AND c.iteration = g.iteration AND c.prompt_id = g.prompt_id
 UNION ALL
 SELECT
     run_id, strategy, iteration, prompt_id, task, difficulty, 'extension' AS origin,
-    anchor_id, anchor_depth, trajectories, tokens, successes, contrastive
+    anchor_id, anchor_depth, trajectories, tokens, successes, contrastive,
+    CASE WHEN contrastive THEN trajectories ELSE 0 END AS effective,
+    CASE WHEN contrastive THEN tokens ELSE 0 END::BIGINT AS effective_tokens
 FROM extension_groups;
 
 -- The trajectory_groups of one run, or of every run when run_filter is NULL: the scope every

@@ -6,10 +6,10 @@ SELECT
     any_value(difficulty) AS difficulty,
     count(DISTINCT iteration) AS iterations,
     sum(trajectories)::BIGINT AS trajectories,
-    coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted,
+    sum(trajectories - effective)::BIGINT AS wasted,
     round(sum(successes) / sum(trajectories), 4) AS mean_reward
 FROM scoped_groups($run_id::VARCHAR)
 GROUP BY run_id, prompt_id
-HAVING coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0) > 0
+HAVING sum(trajectories - effective) > 0
 ORDER BY wasted DESC, run_id, prompt_id
 LIMIT 20;

@@ -4,9 +4,9 @@ SELECT
     run_id,
     anchor_depth,
     sum(trajectories)::BIGINT AS trajectories,
-    coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted,
-    round(coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0) / sum(trajectories), 4) AS wasted_share,
-    coalesce(sum(tokens) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted_tokens
+    sum(trajectories - effective)::BIGINT AS wasted,
+    round(sum(trajectories - effective) / sum(trajectories), 4) AS wasted_share,
+    sum(tokens - effective_tokens)::BIGINT AS wasted_tokens
 FROM scoped_groups($run_id::VARCHAR)
 GROUP BY run_id, anchor_depth
 ORDER BY run_id, anchor_depth;

@@ -4,8 +4,8 @@ SELECT
     task,
     difficulty,
     sum(trajectories)::BIGINT AS trajectories,
-    coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted,
-    round(coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0) / sum(trajectories), 4) AS wasted_share,
+    sum(trajectories - effective)::BIGINT AS wasted,
+    round(sum(trajectories - effective) / sum(trajectories), 4) AS wasted_share,
     round(sum(successes) / sum(trajectories), 4) AS mean_reward
 FROM scoped_groups($run_id::VARCHAR)
 GROUP BY run_id, task, difficulty

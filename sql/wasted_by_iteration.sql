@@ -5,11 +5,11 @@ SELECT
     any_value(strategy) AS strategy,
     iteration,
     sum(trajectories)::BIGINT AS trajectories,
-    coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted,
-    round(coalesce(sum(trajectories) FILTER (WHERE NOT contrastive), 0) / sum(trajectories), 4) AS wasted_share,
-    round(coalesce(sum(trajectories) FILTER (WHERE contrastive), 0) / sum(trajectories), 4) AS effective_ratio,
+    sum(trajectories - effective)::BIGINT AS wasted,
+    round(sum(trajectories - effective) / sum(trajectories), 4) AS wasted_share,
+    round(sum(effective) / sum(trajectories), 4) AS effective_ratio,
     sum(tokens)::BIGINT AS tokens,
-    coalesce(sum(tokens) FILTER (WHERE NOT contrastive), 0)::BIGINT AS wasted_tokens
+    sum(tokens - effective_tokens)::BIGINT AS wasted_tokens
 FROM scoped_groups($run_id::VARCHAR)
 GROUP BY run_id, iteration
 ORDER BY run_id, iteration;

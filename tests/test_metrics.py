@@ -58,20 +58,29 @@ def test_expected_root_metrics_match_monte_carlo():
 
 
 def test_trajectory_metrics_on_a_node_table():
+    """Root group {a=1, b=0, c=0} is contrastive: all three raw rollouts effective. Root group
+    {d=0, e=0} is not, but d owns the branch group {d=0, x=1}: d and x effective, e wasted."""
     import polars as pl
 
-    from trace_core.metrics import trajectory_metrics
+    from trace_core.metrics import trajectory_metrics, trajectory_table
 
-    nodes = pl.DataFrame({
-        "trajectory_id": [None, "a", "a", "b", "c"],
-        "depth": [0, 1, 2, 1, 1],
-        "is_leaf": [False, False, True, True, True],
-        "reward": [None, None, 1.0, 0.0, 0.0],
-        "advantage": [None, 0.5, 0.5, -0.5, 0.0],
-        "new_tokens": [0, 10, 5, 20, 30],
-    })
+    def row(node, parent, traj, depth, leaf, reward, tokens, origin="raw", prompt="P"):
+        return {"iteration": 0, "node_id": node, "parent_id": parent, "prompt_id": prompt, "trajectory_id": traj,
+                "depth": depth, "origin": origin, "is_leaf": leaf, "reward": reward, "new_tokens": tokens}
+
+    nodes = pl.DataFrame([
+        row("P", None, None, 0, False, None, 0, origin="root"),
+        row("a1", "P", "a", 1, False, None, 10), row("a2", "a1", "a", 2, True, 1.0, 5),
+        row("b1", "P", "b", 1, True, 0.0, 20), row("c1", "P", "c", 1, True, 0.0, 30),
+        row("Q", None, None, 0, False, None, 0, origin="root", prompt="Q"),
+        row("d1", "Q", "d", 1, False, None, 10, prompt="Q"), row("d2", "d1", "d", 2, True, 0.0, 10, prompt="Q"),
+        row("e1", "Q", "e", 1, True, 0.0, 10, prompt="Q"),
+        row("x2", "d1", "x", 2, True, 1.0, 7, origin="extension", prompt="Q"),
+    ])
     m = trajectory_metrics(nodes)
-    assert (m["trajectories"], m["effective"], m["wasted"], m["tokens"]) == (3, 2, 1, 65)
-    assert abs(m["effective_ratio"] - 2 / 3) < 1e-12
-    assert abs(m["effective_per_1k_tokens"] - 1000 * 2 / 65) < 1e-9
-    assert abs(m["train_reward"] - 1 / 3) < 1e-9
+    assert (m["trajectories"], m["effective"], m["wasted"], m["tokens"]) == (6, 5, 1, 102)
+    assert dict(trajectory_table(nodes).select("trajectory_id", "effective").iter_rows()) == {
+        "a": True, "b": True, "c": True, "d": True, "e": False, "x": True}
+    assert abs(m["effective_ratio"] - 5 / 6) < 1e-12
+    assert abs(m["effective_per_1k_tokens"] - 1000 * 5 / 102) < 1e-9
+    assert abs(m["train_reward"] - 2 / 6) < 1e-9

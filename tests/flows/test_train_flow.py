@@ -46,6 +46,9 @@ def test_catalogue_answers_wasted_queries(trained):
     ensure_catalog(home)
     wasted = run_named_query(home, "wasted_by_iteration", run_id="e2e")
     assert wasted.height >= 1
+    # one definition: the flow's effective ratio is the views' (to the 4 decimals SQL rounds to)
+    flow = {r["iteration"]: round(r["effective_ratio"], 4) for r in trained[2]["iterations"]}
+    assert dict(wasted.select("iteration", "effective_ratio").iter_rows()) == flow
     con = duckdb.connect(str(home / "trace.duckdb"), read_only=True)
     n = con.execute("select count(*) from nodes where run_id = 'e2e'").fetchone()[0]
     con.close()

@@ -9,8 +9,9 @@ iteration 0
   C (qa, d2):   raw c1 (r=1), alone                            group of one: wasted
 iteration 1
   A (math, d1): raw a3 (r=1), a4 (r=1)                         wasted, wasted
-  D (fc, d3):   raw d1 (2 turns, r=0), d2 (2 turns, r=0)       wasted, wasted
+  D (fc, d3):   raw d1 (2 turns, r=0), d2 (2 turns, r=0)       root group {0,0}: zero-contrast
                 extensions f1 (r=1), f2 (r=0) from d1's turn 1 group {d1=0, 1, 0}: effective
+                so d1 is effective (it owns a contrastive branch group), d2 wasted
 Run r2 (strategy uniform), iteration 0: B: raw g1 (r=1), g2 (r=0): both effective.
 """
 

@@ -30,7 +30,7 @@ def test_trajectories_view_marks_groups(home):
     wasted = dict(zip(t["trajectory_id"], t["wasted"], strict=True))
     assert wasted == {
         "a1": False, "a2": False, "e1": True, "b1": True, "b2": True, "c1": True,
-        "a3": True, "a4": True, "d1": True, "d2": True, "f1": False, "f2": False,
+        "a3": True, "a4": True, "d1": False, "d2": True, "f1": False, "f2": False,
     }
     by = {r["trajectory_id"]: r for r in t.iter_rows(named=True)}
     assert by["e1"]["anchor_id"] == "r1/0/a1/1" and by["e1"]["anchor_depth"] == 1 and by["e1"]["group_size"] == 2
@@ -55,12 +55,12 @@ def test_wasted_by_iteration(home):
     f = sqlq.run_named_query(home, "wasted_by_iteration", run_id="r1")
     assert rows(f, "iteration", "trajectories", "wasted", "tokens", "wasted_tokens") == [
         (0, 6, 4, 80, 40),
-        (1, 6, 4, 80, 60),
+        (1, 6, 3, 80, 40),  # d1 (20 tokens) owns a contrastive branch group
     ]
-    assert f["wasted_share"].to_list() == [0.6667, 0.6667]
-    assert f["effective_ratio"].to_list() == [0.3333, 0.3333]
+    assert f["wasted_share"].to_list() == [0.6667, 0.5]
+    assert f["effective_ratio"].to_list() == [0.3333, 0.5]
     everything = sqlq.run_named_query(home, "wasted_by_iteration")
-    assert rows(everything, "run_id", "iteration", "wasted") == [("r1", 0, 4), ("r1", 1, 4), ("r2", 0, 0)]
+    assert rows(everything, "run_id", "iteration", "wasted") == [("r1", 0, 4), ("r1", 1, 3), ("r2", 0, 0)]
 
 
 def test_wasted_by_task(home):
@@ -68,19 +68,19 @@ def test_wasted_by_task(home):
     assert rows(f, "task", "trajectories", "wasted", "mean_reward") == [
         ("math", 5, 3, 0.8),
         ("qa", 3, 3, 0.3333),
-        ("fc", 4, 2, 0.25),
+        ("fc", 4, 1, 0.25),
     ]
 
 
 def test_wasted_by_depth(home):
     f = sqlq.run_named_query(home, "wasted_by_depth", run_id="r1")
-    assert rows(f, "anchor_depth", "trajectories", "wasted", "wasted_tokens") == [(0, 9, 7, 90), (1, 3, 1, 10)]
+    assert rows(f, "anchor_depth", "trajectories", "wasted", "wasted_tokens") == [(0, 9, 6, 70), (1, 3, 1, 10)]
 
 
 def test_wasted_by_difficulty(home):
     f = sqlq.run_named_query(home, "wasted_by_difficulty", run_id="r1")
     assert rows(f, "task", "difficulty", "trajectories", "wasted") == [
-        ("fc", 3, 4, 2),
+        ("fc", 3, 4, 1),
         ("math", 1, 5, 3),
         ("qa", 2, 3, 3),
     ]
@@ -91,8 +91,8 @@ def test_top_wasted_prompts(home):
     assert rows(f, "prompt_id", "iterations", "trajectories", "wasted") == [
         ("A", 2, 5, 3),
         ("B", 1, 2, 2),
-        ("D", 1, 4, 2),
         ("C", 1, 1, 1),
+        ("D", 1, 4, 1),
     ]
     assert sqlq.run_named_query(home, "top_wasted_prompts", run_id="r2").height == 0
 
@@ -102,7 +102,7 @@ def test_effective_ratio_by_strategy(home):
     assert rows(f, "strategy", "runs", "trajectories", "effective", "effective_ratio", "tokens",
                 "effective_per_1k_tokens") == [
         ("uniform", 1, 2, 2, 1.0, 20, 100.0),
-        ("trace", 1, 12, 4, 0.3333, 160, 25.0),
+        ("trace", 1, 12, 5, 0.4167, 160, 31.25),
     ]
 
 
@@ -127,7 +127,7 @@ def test_predictor_scores_by_iteration(home):
 def test_budget_by_depth(home):
     f = sqlq.run_named_query(home, "budget_by_depth", run_id="r1")
     assert rows(f, "anchor_depth", "trajectories", "trajectory_share", "tokens", "token_share", "effective") == [
-        (0, 9, 0.75, 130, 0.8125, 2),
+        (0, 9, 0.75, 130, 0.8125, 3),
         (1, 3, 0.25, 30, 0.1875, 2),
     ]
 
@@ -169,10 +169,21 @@ def test_queries_on_an_empty_store(tmp_path):
 
 def test_group_view_agrees_with_trajectory_view(home):
     per_traj = query(home, "SELECT run_id, iteration, anchor_depth, count(*) AS n, "
-                           "count(*) FILTER (WHERE wasted) AS w, sum(tokens) AS t "
+                           "count(*) FILTER (WHERE wasted) AS w, sum(tokens) AS t, "
+                           "sum(tokens) FILTER (WHERE effective) AS et "
                            "FROM trajectories GROUP BY ALL ORDER BY ALL")
     per_group = query(home, "SELECT run_id, iteration, anchor_depth, sum(trajectories) AS n, "
-                            "sum(trajectories) FILTER (WHERE NOT contrastive) AS w, sum(tokens) AS t "
+                            "sum(trajectories - effective) AS w, sum(tokens) AS t, sum(effective_tokens) AS et "
                             "FROM trajectory_groups GROUP BY ALL ORDER BY ALL")
-    assert per_traj.cast({c: pl.Int64 for c in ("n", "w", "t")}).fill_null(0).rows() == \
-        per_group.cast({c: pl.Int64 for c in ("n", "w", "t")}).fill_null(0).rows()
+    assert per_traj.cast({c: pl.Int64 for c in ("n", "w", "t", "et")}).fill_null(0).rows() == \
+        per_group.cast({c: pl.Int64 for c in ("n", "w", "t", "et")}).fill_null(0).rows()
+
+
+def test_python_metric_agrees_with_the_views(home):
+    """One effective-ratio definition: trace_core.metrics (the flow's number) equals the SQL views."""
+    from trace_core.metrics import trajectory_table
+
+    nodes = query(home, "SELECT * FROM nodes WHERE run_id = 'r1'")
+    ours = trajectory_table(nodes).select("trajectory_id", "effective").sort("trajectory_id")
+    views = query(home, "SELECT trajectory_id, effective FROM trajectories WHERE run_id = 'r1' ORDER BY 1")
+    assert ours.rows() == views.rows()
