@@ -43,13 +43,14 @@ from trace_core.predictor import (
     make_predictor,
     node_labels,
 )
+from trace_core.predictor.base import decision_labels
 from trace_core.predictor.evaluation import auc, ece
 from trace_core.predictor.flip import continuation_pairs
-from trace_core.predictor.hashed import decision_labels
 from trace_core.predictor.prior import outcome_counts
 
 GOALS = {"auc": 0.80, "ece": 0.05}
 FLIP_BINS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+POOLED: dict[str, list] = {}  # kind -> [(iteration, p, y, w)], every prospective prediction of the run
 
 
 def load_run(run_dir: Path, run_id: str | None) -> pl.DataFrame:
@@ -98,9 +99,7 @@ def flip_table(pred, frame: pl.DataFrame, v: np.ndarray) -> dict:
     rows = pl.DataFrame({"node_id": frame["node_id"], "row": np.arange(frame.height)})
     pairs = pairs.join(rows, on="node_id")
     br = frame[pairs["row"].to_numpy()].with_columns(pl.Series("r", pairs["r"]))
-    raw = frame.filter(pl.col("origin") != "extension")  # siblings: only what exists at scoring time
-    q = pred.predict_flip(pl.concat([br, raw.with_columns(pl.lit(None, dtype=pl.Float64).alias("r"))],
-                                    how="diagonal_relaxed"))[: br.height]  # fmt: skip
+    q = pred.predict_flip(br, nodes=frame.filter(pl.col("origin") != "extension"))  # as at prefix scoring
     r, n, f = pairs["r"].to_numpy(), pairs["n"].to_numpy(), pairs["f"].to_numpy()
     vv = v[pairs["row"].to_numpy()]
     paper = np.where(r > 0.5, 1 - vv, vv)
@@ -131,7 +130,8 @@ def run(args) -> dict:
     print(f"source: {source}; {nodes.height} nodes, iterations {its}; predictor {cfg.name}; "
           f"cell prior {'from ' + args.cell_prior if cell_prior is not None else 'none'}")  # fmt: skip
     results, tmp = {}, Path(tempfile.mkdtemp(prefix="predictor_goal_"))
-    for t in its[1 : args.iterations + 1]:
+    first = 0 if cell_prior is not None else 1  # with a cell prior, iteration 0 is predicted too
+    for t in its[first : args.iterations + 1]:
         t0 = time.perf_counter()
         report = pred.fit(nodes.filter(pl.col("iteration") < t), cell_prior=cell_prior)
         pred = load_predictor(pred.save(tmp / f"predictor-{t}.safetensors"))  # as the flow hands it on
@@ -152,6 +152,8 @@ def run(args) -> dict:
             tp = frame.filter(pl.Series(m))["true_p"].to_numpy()
             res["oracle"] = {k: {"auc": auc(tp[s], y[s], w[s]), "ece": ece(tp[s], y[s], w[s])}
                              for k, s in (("root", kind), ("prefix", ~kind))}  # fmt: skip
+        for name, s in (("root", kind), ("prefix", ~kind)):
+            POOLED.setdefault(name, []).append((t, p[m][s], y[s], w[s]))
         res["flip"] = flip_table(pred, frame, p)
         res["fit"] = report.as_dict()
         res["seconds"] = time.perf_counter() - t0
@@ -196,9 +198,10 @@ def print_iteration(t: int, res: dict) -> None:
 def summary(results: dict) -> list[tuple[str, float, float, bool]]:
     """Mean over the evaluated iterations of each goal metric, with its goal and whether it is met."""
     rows = []
+    later = [r for t, r in results.items() if t >= 1]
     for kind in ("root", "prefix"):
         for metric, op in (("auc", ">="), ("ece", "<=")):
-            vals = [r[kind]["model"][metric] for r in results.values() if kind in r and np.isfinite(r[kind]["model"][metric])]
+            vals = [r[kind]["model"][metric] for r in later if kind in r and np.isfinite(r[kind]["model"][metric])]
             v = float(np.mean(vals)) if vals else float("nan")
             ok = v >= GOALS[metric] if op == ">=" else v <= GOALS[metric]
             rows.append((f"{kind} {metric.upper()}", v, GOALS[metric], bool(ok)))
@@ -220,12 +223,16 @@ def main(argv: list[str] | None = None) -> int:
     if not results:
         print("no iteration after the first: nothing to evaluate prospectively")
         return 1
-    print(f"\nmean over iterations {min(results)}..{max(results)} (each predicted before its outcomes):")
-    floors = {k: np.mean([r[k]["ece_floor"] for r in results.values() if k in r]) for k in ("root", "prefix")}
+    print(f"\nmean over iterations 1..{max(results)} (each predicted before its outcomes):")
+    floors = {k: np.mean([r[k]["ece_floor"] for t, r in results.items() if k in r and t >= 1]) for k in ("root", "prefix")}
     for name, value, goal, ok in summary(results):
         op = ">=" if "AUC" in name else "<="
         note = f"  (ECE noise floor {floors[name.split()[0]]:.3f})" if "ECE" in name else ""
         print(f"  {name:10s} {value:.3f}  (goal {op} {goal:.2f})  {'MET' if ok else 'NOT MET'}{note}")
+    for kind, parts in POOLED.items():
+        p, y, w = (np.concatenate([x[i] for x in parts if x[0] >= 1]) for i in (1, 2, 3))
+        print(f"  pooled {kind:6s} (all {len(p)} predictions of iterations >= 1): AUC {auc(p, y, w):.3f} "
+              f"ECE {ece(p, y, w):.3f}")  # fmt: skip
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(results, indent=1, default=float))
     return 0 if all(ok for *_, ok in summary(results)) else 2

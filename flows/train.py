@@ -51,16 +51,16 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
     ensure_catalog(ref.home)  # DIR/trace.duckdb: analysts can query while training writes shards
 
     checkpoint = initial_checkpoint(cfg)
-    accuracy = t.evaluate(cfg, checkpoint)
+    accuracy = before = t.evaluate(cfg, checkpoint)  # its per-cell outcomes: the predictor's first prior
     tracker.log(accuracy.columns() | {"seconds": accuracy.seconds}, step=0)
     history = []
     for i in range(cfg.run.iterations):
         t_iter = time.perf_counter()
-        predictor = t.refresh_predictor(ref, cfg, i)                                      # (1)
+        predictor = t.refresh_predictor(ref, cfg, i, before)                              # (1)
         roots = t.allocate_roots(ref, cfg, i, predictor)                                  # (2)
         raw = t.generate_raw_rollouts(ref, cfg, i, checkpoint, roots)                     # (3)
-        prefixes = t.score_prefixes(ref, cfg, i, predictor, raw)                          # (4)
-        extensions = t.extend_prefixes(ref, cfg, i, checkpoint, raw, prefixes)            # (5)
+        prefixes = t.score_prefixes(ref, cfg, i, predictor, roots, raw)                   # (4)
+        extensions = t.extend_prefixes(ref, cfg, i, checkpoint, roots, raw, prefixes)     # (5)
         verified = t.verify_rewards(ref, cfg, i, predictor, roots, raw, prefixes, extensions)  # (6)
         update = t.update_policy(ref, cfg, i, checkpoint, verified)                       # (7)
         checkpoint = update.checkpoint

@@ -32,11 +32,12 @@ def one_iteration(tmp_path_factory):
     cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.eval_tasks=12", "allocation.budget_total=48"])
     ref = RunRef(str(tmp_path_factory.mktemp("home")), "it")
     ckpt = initial_checkpoint(cfg)
-    pred = it.refresh_predictor(ref, cfg, 0)
+    before = it.evaluate(cfg, ckpt)
+    pred = it.refresh_predictor(ref, cfg, 0, before)
     roots = it.allocate_roots(ref, cfg, 0, pred)
     raw = it.generate_raw_rollouts(ref, cfg, 0, ckpt, roots)
-    prefixes = it.score_prefixes(ref, cfg, 0, pred, raw)
-    ext = it.extend_prefixes(ref, cfg, 0, ckpt, raw, prefixes)
+    prefixes = it.score_prefixes(ref, cfg, 0, pred, roots, raw)
+    ext = it.extend_prefixes(ref, cfg, 0, ckpt, roots, raw, prefixes)
     ver = it.verify_rewards(ref, cfg, 0, pred, roots, raw, prefixes, ext)
     upd = it.update_policy(ref, cfg, 0, ckpt, ver)
     results = IterationResults(predictor=pred, roots=roots, raw=raw, prefixes=prefixes, extensions=ext,
@@ -77,7 +78,8 @@ def test_verified_shard_and_metrics(one_iteration):
     nodes = pl.read_parquet(res.verified.nodes)
     leaves = nodes.filter(pl.col("is_leaf"))
     assert leaves["reward"].null_count() == 0 and leaves["reward_reason"].null_count() == 0
-    assert res.verified.trajectories == res.raw.trajectories + res.extensions.trajectories <= cfg.allocation.budget_total
+    generated = res.raw.trajectories + res.extensions.trajectories + res.extensions.wave_trajectories
+    assert res.verified.trajectories == generated <= cfg.allocation.budget_total
     assert 0.0 <= res.verified.effective_ratio <= 1.0
     assert res.verified.effective + res.verified.wasted == res.verified.trajectories
 
@@ -107,3 +109,20 @@ def test_evaluate_and_record(one_iteration):
     assert sum(n for *_, n in ev.cells) == len(it.heldout_pool(cfg)) * cfg.run.eval_samples
     row = it.record_iteration(ref, cfg, 0, res, ev)
     assert row["budget_used"] == res.verified.trajectories and row["accuracy"] == ev.accuracy
+
+
+def test_one_price_across_the_stages(one_iteration):
+    """trace (root_share unset): continuations only where they beat the roots' price; what the
+    prefix stage leaves goes to a second wave over prompts the first wave skipped."""
+    cfg, _, res = one_iteration
+    assert cfg.allocation.root_share is None
+    assert res.roots.root_budget < cfg.allocation.budget_total  # a reserve was held back
+    alloc = pl.read_parquet(res.prefixes.path)
+    assert {"v_pred", "flip", "r", "k"} <= set(alloc.columns)
+    assert res.raw.trajectories + res.prefixes.ext_used <= cfg.allocation.budget_total
+    if res.extensions.wave_prompts:
+        first = pl.read_parquet(res.roots.prompts)
+        wave = pl.read_parquet(res.extensions.wave_prompts)
+        both = (first["m_alloc"] > 0) & (wave["m_alloc"] > 0)
+        assert not both.any()
+        assert res.extensions.wave_trajectories == int(wave["m_alloc"].sum())

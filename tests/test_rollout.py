@@ -208,3 +208,12 @@ def test_shipped_warm_policy_plays_multi_turn_episodes():
         fam = nodes.filter(pl.col("task") == f)
         assert fam["depth"].max() >= 2, f  # the warm policy calls tools before answering
     assert leaves["reward"].sum() > 0  # and solves some episodes
+
+
+def test_request_seeds_differ_across_prompts():
+    """Rollout j of two prompts must not share a random stream (the seed keys on the prompt)."""
+    from trace_core.rollout import _request_seed
+
+    a, b = _request_seed(7, "p1", "r0", 0), _request_seed(7, "p2", "r0", 0)
+    assert a != b and a == _request_seed(7, "p1", "r0", 0)
+    assert _request_seed(7, "p1", "r0", 1) != a and _request_seed(8, "p1", "r0", 0) != a

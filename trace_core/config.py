@@ -57,7 +57,7 @@ class TrainConfig(BaseModel):
     env: EnvConfig = Field(default_factory=EnvConfig, description="Environments (trace_core.envs.config).")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Per-turn sampling.")
     allocation: AllocationConfig = Field(default_factory=AllocationConfig,
-                                         description="Strategy and budget (trace_core.strategies).")
+                                         description="Strategy and budget (trace_core.allocation).")
     predictor: PredictorConfig = Field(default_factory=PredictorConfig, description="Success predictor.")
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="Advantage estimator.")
     update: UpdateConfig = Field(default_factory=UpdateConfig, description="Policy update (trace_core.policy.update).")

@@ -80,6 +80,13 @@ def load_config(model: type[M], path: str | Path | None = None, overrides: list[
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {p} must hold a mapping at the top level")
         data = loaded
+    elif overrides:
+        # start from the defaults, so that --set a.b=x keeps a section's other defaults (a
+        # section default set by its parent model, e.g. a simulator budget, is not reset)
+        try:
+            data = model().model_dump(mode="json")
+        except ValidationError:
+            data = {}
     data = apply_overrides(data, overrides or [])
     return validate(model, data)
 

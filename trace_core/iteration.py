@@ -42,6 +42,7 @@ from trace_core.records import (
 )
 from trace_core.results import (
     Evaluation,
+    Extensions,
     Generation,
     IterationResults,
     PolicyUpdate,
@@ -89,7 +90,9 @@ def _clip(v: np.ndarray, cfg: TrainConfig) -> np.ndarray:
 
 
 def _load_predictor(path: str):
-    return torch.load(path, weights_only=False)
+    from trace_core.predictor import load_predictor
+
+    return load_predictor(path)
 
 
 def history_nodes(ref: RunRef, before: int) -> pl.DataFrame:
@@ -109,20 +112,39 @@ def prefix_candidates(nodes: pl.DataFrame) -> pl.DataFrame:
 
 
 # ----------------------------------------------------------------------------- (1) - (7)
-def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int) -> PredictorFit:
-    """(1) Fit the predictor on all labelled nodes so far, warm-started from the previous fit."""
+def _cell_prior(prior: Evaluation | None) -> pl.DataFrame | None:
+    """The held-out evaluation's per-cell outcomes as the predictor's iteration-0 prior data."""
+    if prior is None or not prior.cells:
+        return None
+    return pl.DataFrame(prior.cells, schema=["task", "difficulty", "n_success", "n_total"], orient="row")
+
+
+def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int, prior: Evaluation | None = None) -> PredictorFit:
+    """(1) Fit the predictor on all labelled nodes so far, warm-started from the previous fit.
+    ``prior``: the held-out evaluation before training, whose per-(family, difficulty) outcomes
+    make iteration 0 not blind (the run has measured them anyway, at no extra rollout cost)."""
     from trace_core.predictor import make_predictor
 
     t0 = time.perf_counter()
     torch.manual_seed(iteration_seed(cfg, iteration, "predictor") % (2**31))
     prev = ref.predictor(iteration - 1) if iteration > 0 else None
     predictor = _load_predictor(str(prev)) if prev is not None and prev.is_file() else make_predictor(cfg.predictor)
-    report = predictor.fit(history_nodes(ref, iteration))
-    path = ref.predictor(iteration)
-    tmp = path.with_suffix(".tmp")
-    torch.save(predictor, tmp)
-    tmp.replace(path)
+    report = predictor.fit(history_nodes(ref, iteration), cell_prior=_cell_prior(prior))
+    path = predictor.save(ref.predictor(iteration))
     return PredictorFit(path=str(path), fit=report.as_dict(), seconds=time.perf_counter() - t0)
+
+
+def continuation_reserve(ref: RunRef, iteration: int) -> int | None:
+    """What the previous iteration bought in continuations, with 25% slack (None at iteration 0):
+    the first root wave leaves this much of the budget for the prefix stage to price."""
+    if iteration == 0:
+        return None
+    path = shard_path(ref.home, "nodes", ref.run_id, "final", iteration - 1)
+    if not path.is_file():
+        return None
+    prev = read_shard(path)
+    bought = prev.filter(pl.col("is_leaf") & (pl.col("origin") == "extension")).height
+    return int(np.ceil(1.25 * bought))
 
 
 def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit) -> RootAllocation:
@@ -131,7 +153,9 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     tasks = candidate_pool(cfg, iteration)
     v = _clip(_load_predictor(predictor.path).predict(root_rows(ref.run_id, iteration, cfg.allocation.strategy, tasks)), cfg)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
-    m = np.asarray(get_strategy(cfg.allocation.strategy).allocate_roots(v, cfg.allocation, rng), dtype=np.int64)
+    strategy = get_strategy(cfg.allocation.strategy)
+    budget = strategy.root_budget(cfg.allocation, continuation_reserve(ref, iteration))
+    m = np.asarray(strategy.allocate_roots(v, cfg.allocation, rng, budget=budget), dtype=np.int64)
     utility = root_utility(v, m)
     prompts = pl.DataFrame({
         "run_id": ref.run_id, "strategy": cfg.allocation.strategy, "iteration": iteration,
@@ -141,7 +165,9 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     path = write_parquet_atomic(prompts, ref.staging(iteration, "prompts"))
     return RootAllocation(prompts=str(path), candidates=len(tasks), active=int((m > 0).sum()),
                           root_budget_used=int(m.sum()), expected_contrastive=float(utility.sum()),
-                          expected_effective=float((m * utility).sum()), seconds=time.perf_counter() - t0)
+                          expected_effective=float((m * utility).sum()), root_budget=budget,
+                          threshold=float(strategy.root_threshold(v, m, cfg.allocation)),
+                          seconds=time.perf_counter() - t0)
 
 
 def _generation(nodes: pl.DataFrame, path: Path, t0: float) -> Generation:
@@ -151,37 +177,48 @@ def _generation(nodes: pl.DataFrame, path: Path, t0: float) -> Generation:
                       tokens=tokens, tokens_per_s=tokens / max(secs, 1e-9), seconds=secs)
 
 
+def _raw_rollouts(cfg: TrainConfig, ref: RunRef, iteration: int, checkpoint: str, prompts: pl.DataFrame,
+                  stage: str) -> pl.DataFrame:
+    chosen = prompts.filter(pl.col("m_alloc") > 0)
+    by_id = tasks_by_id(cfg, iteration)
+    pol = load_policy_for(cfg, checkpoint)
+    return run_rollouts(
+        pol.engine, pol.chat, environments(cfg), [by_id[p] for p in chosen["prompt_id"]], chosen["m_alloc"].to_list(),
+        sampling=_sampling(cfg, iteration, stage), cfg=rollout_config(cfg), seed=iteration_seed(cfg, iteration, stage),
+        run_id=ref.run_id, iteration=iteration, strategy=cfg.allocation.strategy,
+        v_pred=chosen["v_pred"].to_list(), utility=chosen["utility"].to_list())
+
+
 def generate_raw_rollouts(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str,
                           roots: RootAllocation) -> Generation:
     """(3) m_i raw rollouts of every chosen prompt, turn by turn, every node recorded."""
     t0 = time.perf_counter()
-    chosen = read_shard(roots.prompts).filter(pl.col("m_alloc") > 0)
-    by_id = tasks_by_id(cfg, iteration)
-    pol = load_policy_for(cfg, checkpoint)
-    nodes = run_rollouts(
-        pol.engine, pol.chat, environments(cfg), [by_id[p] for p in chosen["prompt_id"]], chosen["m_alloc"].to_list(),
-        sampling=_sampling(cfg, iteration, "raw"), cfg=rollout_config(cfg), seed=iteration_seed(cfg, iteration, "raw"),
-        run_id=ref.run_id, iteration=iteration, strategy=cfg.allocation.strategy,
-        v_pred=chosen["v_pred"].to_list(), utility=chosen["utility"].to_list())
+    nodes = _raw_rollouts(cfg, ref, iteration, checkpoint, read_shard(roots.prompts), "raw")
     return _generation(nodes, write_parquet_atomic(nodes, ref.staging(iteration, "raw")), t0)
 
 
-def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit,
+def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
                    raw: Generation) -> PrefixAllocation:
     """(4) Predict V at every open prefix, then choose K continuations per prefix."""
     t0 = time.perf_counter()
     nodes = read_shard(raw.path)
     cands = prefix_candidates(nodes)
-    v_all = _clip(_load_predictor(predictor.path).predict(nodes), cfg) if nodes.height else np.zeros(0)
+    pred = _load_predictor(predictor.path)
+    v_all = _clip(pred.predict(nodes), cfg) if nodes.height else np.zeros(0)
     v_by_id = dict(zip(nodes["node_id"].to_list(), v_all.tolist(), strict=True))
-    v = np.array([v_by_id[n] for n in cands["node_id"]], dtype=float)
+    v_node = np.array([v_by_id[n] for n in cands["node_id"]], dtype=float)
     r = (cands["r"].to_numpy() > 0.5).astype(float)
+    # what decides a continuation's value is P(its reward differs from r): predicted directly,
+    # conditioned on r, depth and the prefix; V = r (1 - flip) + (1 - r) flip gives V_pref = 1 - (1 - flip)^K
+    flip = _clip(pred.predict_flip(cands, nodes=nodes), cfg) if cands.height else np.zeros(0)
+    v = np.where(r > 0.5, 1.0 - flip, flip)
     ext_budget = max(cfg.allocation.budget_total - raw.trajectories, 0)
     remaining = np.maximum(cfg.env.max_turns - cands["depth"].to_numpy(), 1)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "prefixes"))
     k = np.asarray(get_strategy(cfg.allocation.strategy).allocate_prefixes(
-        v, r, cands["depth"].to_numpy(), remaining, ext_budget, cfg.allocation, rng), dtype=np.int64)
-    alloc = pl.DataFrame({"node_id": cands["node_id"], "v_pred": v, "r": r, "k": k,
+        v, r, cands["depth"].to_numpy(), remaining, ext_budget, cfg.allocation, rng, min_gain=roots.threshold),
+        dtype=np.int64)
+    alloc = pl.DataFrame({"node_id": cands["node_id"], "v_pred": v_node, "flip": flip, "r": r, "k": k,
                           "utility": prefix_utility(v, r, k) if len(k) else np.zeros(0)},
                          schema_overrides={"k": pl.Int64})
     path = write_parquet_atomic(alloc, ref.staging(iteration, "prefix_alloc"))
@@ -189,9 +226,10 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
                             branched=int((k > 0).sum()), seconds=time.perf_counter() - t0)
 
 
-def extend_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, raw: Generation,
-                    prefixes: PrefixAllocation) -> Generation:
-    """(5) K continuations from each chosen prefix (environment replayed, prefix KV shared)."""
+def extend_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, roots: RootAllocation,
+                    raw: Generation, prefixes: PrefixAllocation) -> Extensions:
+    """(5) K continuations from each chosen prefix (environment replayed, prefix KV shared); then
+    what the budget still holds goes to a second root wave (one-price strategies only)."""
     t0 = time.perf_counter()
     alloc = read_shard(prefixes.path).filter(pl.col("k") > 0)
     counts = dict(zip(alloc["node_id"].to_list(), alloc["k"].to_list(), strict=True))
@@ -201,21 +239,42 @@ def extend_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: s
         new = run_extensions(pol.engine, pol.chat, environments(cfg), tasks_by_id(cfg, iteration),
                              read_shard(raw.path), counts, sampling=_sampling(cfg, iteration, "extend"),
                              cfg=rollout_config(cfg), seed=iteration_seed(cfg, iteration, "extend"))
-    return _generation(new, write_parquet_atomic(new, ref.staging(iteration, "extensions")), t0)
+    cont = _generation(new, write_parquet_atomic(new, ref.staging(iteration, "extensions")), t0)
+    prompts = read_shard(roots.prompts)
+    left = cfg.allocation.budget_total - raw.trajectories - cont.trajectories
+    m2 = get_strategy(cfg.allocation.strategy).second_wave(
+        prompts["v_pred"].to_numpy(), prompts["m_alloc"].to_numpy() > 0, left, cfg.allocation)
+    if int(np.sum(m2)) == 0:
+        return Extensions(**{**cont.model_dump(), "seconds": time.perf_counter() - t0})
+    wave = prompts.with_columns(pl.Series("m_alloc", np.asarray(m2, dtype=np.int64)),
+                                pl.Series("utility", root_utility(prompts["v_pred"].to_numpy(), m2)))
+    wave_nodes = _raw_rollouts(cfg, ref, iteration, checkpoint, wave, "raw-wave2")
+    secs = time.perf_counter() - t0
+    return Extensions(**{**cont.model_dump(), "seconds": secs},
+                      wave_path=str(write_parquet_atomic(wave_nodes, ref.staging(iteration, "raw_wave2"))),
+                      wave_prompts=str(write_parquet_atomic(wave, ref.staging(iteration, "prompts_wave2"))),
+                      wave_trajectories=int(wave_nodes["is_leaf"].sum() or 0),
+                      wave_tokens=int(wave_nodes["new_tokens"].sum() or 0))
 
 
 def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
-                   raw: Generation, prefixes: PrefixAllocation, extensions: Generation) -> Verified:
+                   raw: Generation, prefixes: PrefixAllocation, extensions: Extensions) -> Verified:
     """(6) Re-verify rewards, fill subtree rewards, prefix decisions and advantages; write the
     iteration's node, prompt and prediction shards (the rows behind the views)."""
     t0 = time.perf_counter()
-    nodes = pl.concat([read_shard(raw.path), read_shard(extensions.path)], how="vertical_relaxed")
+    parts = [raw.path, extensions.path] + ([extensions.wave_path] if extensions.wave_path else [])
+    nodes = pl.concat([read_shard(p) for p in parts], how="vertical_relaxed")
     nodes, mismatched = reverify(nodes, environments(cfg), tasks_by_id(cfg, iteration))
     nodes = with_prefix_decisions(nodes, read_shard(prefixes.path))
     nodes = compute_advantages(nodes, cfg.advantage)
     writer = ShardWriter(ref.home, ref.run_id, strategy=cfg.allocation.strategy)
     writer.write("nodes", nodes, stage="final", iteration=iteration)
-    writer.write("prompts", prompt_rows(read_shard(roots.prompts), nodes), stage="final", iteration=iteration)
+    prompts = read_shard(roots.prompts)
+    if extensions.wave_prompts:  # the second wave's m (it samples only prompts the first skipped)
+        wave = read_shard(extensions.wave_prompts)
+        prompts = prompts.with_columns(pl.col("m_alloc") + wave["m_alloc"],
+                                       pl.when(wave["m_alloc"] > 0).then(wave["utility"]).otherwise(pl.col("utility")))
+    writer.write("prompts", prompt_rows(prompts, nodes), stage="final", iteration=iteration)
     writer.write("predictions", prediction_rows(nodes), stage="final", iteration=iteration)
     return Verified(nodes=str(writer.path("nodes", stage="final", iteration=iteration)),
                     predictor_metrics=prospective_metrics(nodes, _load_predictor(predictor.path)),

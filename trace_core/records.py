@@ -60,13 +60,20 @@ def prompt_rows(prompts: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
 
 
 def prediction_rows(nodes: pl.DataFrame) -> pl.DataFrame:
-    """Predictions made before the outcomes (roots in stage 2, prefixes in stage 4) beside them."""
-    scored = nodes.filter(pl.col("v_pred").is_not_null() & (pl.col("subtree_count").fill_null(0) > 0)
-                          & ((pl.col("depth") == 0) | ~pl.col("is_leaf")))
+    """Predictions made before the outcomes (roots in stage 2, prefixes in stage 4) beside them.
+    A root's outcome is its raw rollouts' success rate (what root allocation predicted: the
+    continuations below it were chosen by prefix allocation); a prefix's is its subtree mean."""
+    from trace_core.predictor.base import decision_labels
+    from trace_core.predictor.prior import outcome_counts
+
+    y, w = decision_labels(nodes, outcome_counts(nodes))
+    labelled = nodes.with_columns(pl.Series("_y", y, dtype=pl.Float32), pl.Series("_w", w, dtype=pl.Float32))
+    scored = labelled.filter(pl.col("v_pred").is_not_null() & (pl.col("subtree_count").fill_null(0) > 0)
+                             & ((pl.col("depth") == 0) | ~pl.col("is_leaf")))
     return scored.select(
         "run_id", "strategy", "iteration", "node_id", "prompt_id", "task",
         pl.when(pl.col("depth") == 0).then(pl.lit("root")).otherwise(pl.lit("prefix")).alias("kind"),
-        "v_pred", pl.col("subtree_mean_reward").alias("outcome"), pl.col("subtree_count").cast(pl.Float32).alias("weight"))
+        "v_pred", pl.col("_y").alias("outcome"), pl.col("_w").alias("weight"))
 
 
 def prospective_metrics(nodes: pl.DataFrame, predictor) -> dict[str, float]:

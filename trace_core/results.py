@@ -32,6 +32,8 @@ class RootAllocation(StageResult):
     root_budget_used: int
     expected_contrastive: float
     expected_effective: float = 0.0
+    root_budget: int = 0  # first-wave raw rollouts offered (the rest is the continuation reserve)
+    threshold: float = 0.0  # the roots' price: continuations must beat it (trace, one price)
 
 
 class Generation(StageResult):
@@ -51,6 +53,16 @@ class PrefixAllocation(StageResult):
     ext_budget: int
     ext_used: int
     branched: int
+
+
+class Extensions(Generation):
+    """Stage 5: the continuations, and the second root wave bought with what they left
+    (``wave_*``; empty unless the strategy spends by one price)."""
+
+    wave_path: str | None = None
+    wave_prompts: str | None = None
+    wave_trajectories: int = 0
+    wave_tokens: int = 0
 
 
 class Verified(StageResult):
@@ -104,7 +116,7 @@ class IterationResults(BaseModel):
     roots: RootAllocation
     raw: Generation
     prefixes: PrefixAllocation
-    extensions: Generation
+    extensions: Extensions
     verified: Verified
     update: PolicyUpdate
 

@@ -71,8 +71,10 @@ class LiveEpisode:
     done: bool = False
 
 
-def _request_seed(seed: int, key: str, depth: int) -> int:
-    return int(node_id(seed, key, depth), 16) >> 1
+def _request_seed(seed: int, prompt_id: str, key: str, depth: int) -> int:
+    """The sampling seed of one request: distinct per (prompt, path, depth), so rollout ``j`` of
+    two prompts does not draw the same random stream."""
+    return int(node_id(seed, f"{prompt_id}/{key}", depth), 16) >> 1
 
 
 def _step_row(live: LiveEpisode, res: GenResult, seconds: float, sampling: SamplingConfig,
@@ -121,7 +123,7 @@ def run_episodes(engine: Engine, chat: Any, lives: list[LiveEpisode], *, samplin
         groups: dict[tuple[int, ...], list[LiveEpisode]] = {}
         for lv in active:  # identical contexts -> one request, encoded once
             groups.setdefault(tuple(lv.context), []).append(lv)
-        requests = [GenRequest(ctx, n=len(g), seed=_request_seed(seed, g[0].path, g[0].depth))
+        requests = [GenRequest(ctx, n=len(g), seed=_request_seed(seed, g[0].task.prompt_id, g[0].path, g[0].depth))
                     for ctx, g in groups.items()]
         t_gen = time.perf_counter()
         results = engine.generate(requests, sampling)

@@ -44,7 +44,7 @@ class RunRef:
     def predictor(self, iteration: int) -> Path:
         d = self.run_dir / "predictor"
         d.mkdir(parents=True, exist_ok=True)
-        return d / f"iter={iteration:05d}.pt"
+        return d / f"iter={iteration:05d}.safetensors"
 
 
 def run_dir(home: str | Path, run_id: str) -> Path:

@@ -144,8 +144,9 @@ def run_iteration(cfg: SimulateConfig, alloc: AllocationConfig, strategy: str, p
     v_true = paths[traj, depth]
     v_pred = _noisy(v_true, cfg.prefix_noise, rng)
     budget_ext = max(alloc.budget_total - R, 0)
-    k = np.asarray(strat.allocate_prefixes(v_pred, reward[traj], depth, T - depth, budget_ext, alloc, rng),
-                   dtype=np.int64)
+    price = strat.root_threshold(v_root, m, alloc)  # trace (one price): continuations must beat the roots
+    k = np.asarray(strat.allocate_prefixes(v_pred, reward[traj], depth, T - depth, budget_ext, alloc, rng,
+                                           min_gain=price), dtype=np.int64)
     node = np.repeat(np.arange(traj.shape[0]), k)
     n_ext = node.shape[0]
     cont = walk(v_true[node], T - depth[node], cfg.step, rng)
@@ -157,18 +158,27 @@ def run_iteration(cfg: SimulateConfig, alloc: AllocationConfig, strategy: str, p
     t_id = np.concatenate([np.arange(R), traj[branched], R + np.arange(n_ext)])
     rew = np.concatenate([reward, reward[traj[branched]], cont_reward])
     tokens = np.concatenate([np.full(R, T * tok), np.full(branched.size, T * tok), (T - depth[node]) * tok])
+    # what the prefix stage left goes to a second root wave over the prompts not yet sampled
+    m2 = np.asarray(strat.second_wave(v_root, m > 0, alloc.budget_total - R - int(k.sum()), alloc), dtype=np.int64)
+    prompt2 = np.repeat(np.arange(p0.shape[0]), m2)
+    if prompt2.size:
+        reward2 = (rng.random(prompt2.size) < walk(p0[prompt2], np.full(prompt2.size, T), cfg.step, rng)[:, T])
+        group = np.concatenate([group, prompt2])
+        t_id = np.concatenate([t_id, R + n_ext + np.arange(prompt2.size)])
+        rew = np.concatenate([rew, reward2.astype(float)])
+        tokens = np.concatenate([tokens, np.full(prompt2.size, T * tok)])
     if group.size == 0:
         return {"effective_ratio": 0.0, "wasted_share": 0.0, "eff_per_1k_tokens": 0.0, "grad_energy": 0.0,
                 "prompts": 0.0, "signal_prompts": 0.0, "trajectories": 0.0, "continuations": 0.0}
     _, eff = metrics.effective_mask(group, rew, t_id)  # indexed by trajectory id 0..R+n_ext-1
-    prompt_of = np.concatenate([prompt, prompt[traj[node]]])
-    n_traj = R + n_ext
+    prompt_of = np.concatenate([prompt, prompt[traj[node]], prompt2])
+    n_traj = R + n_ext + prompt2.size
     return {
         "effective_ratio": float(eff.mean()),
         "wasted_share": metrics.wasted_trajectories(group, rew, t_id) / n_traj,
         "eff_per_1k_tokens": metrics.effective_per_1k_tokens(group, rew, tokens, t_id),
         "grad_energy": metrics.gradient_energy(group, rew, t_id),
-        "prompts": float((m > 0).sum()),
+        "prompts": float((m + m2 > 0).sum()),
         "signal_prompts": float(np.unique(prompt_of[eff]).size),  # prompts that feed the gradient
         "trajectories": float(n_traj),
         "continuations": float(n_ext),

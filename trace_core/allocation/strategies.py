@@ -1,9 +1,15 @@
 """Allocation strategies: how one iteration spends its trajectory budget (a registry, one signature).
 
 Every strategy gets the same total budget ``B = budget_total`` generated trajectories. A strategy
-with an extension stage spends ``root_budget = floor(root_share * B)`` on raw rollouts and the
-rest (whatever the roots left unused included) on prefix continuations; a strategy without one
-spends all of ``B`` on roots. The candidate order is the prompt stream: uniform strategies take
+without an extension stage spends all of ``B`` on roots. The fixed-split ones (treepo,
+trace-root, trace-prefix) spend ``floor(root_share * B)`` on raw rollouts (``root_share`` 0.5
+unless set) and the rest on prefix continuations. ``trace`` spends by one price (a Lagrange
+multiplier across both stages, the paper's view of both as budget decisions on tree anchors):
+the roots get ``B - reserve`` (the reserve: what the previous iteration bought in continuations,
+with slack; ``ext_reserve * B`` at iteration 0), the prefix stage buys a continuation only where
+its marginal value per trajectory beats the roots' last purchase (``marginal_threshold``), and
+what it leaves goes to a second root wave over the candidates not yet sampled. A set
+``root_share`` overrides this with a fixed split. The candidate order is the prompt stream: uniform strategies take
 the first ``root_budget // group_size`` candidates, so every strategy sees the same stream.
 
 ===============  =====================================  =====================================
@@ -27,9 +33,12 @@ objective, the default) or the trajectories in them.
 
 Signatures (``Strategy``)::
 
-    allocate_roots(v_pred (C,), cfg, rng) -> (C,) int   # m per candidate, sum <= root budget
-    allocate_prefixes(v_prefix (P,), r (P,), depth (P,), remaining_turns (P,), budget, cfg, rng)
-        -> (P,) int                                      # K per open prefix, sum <= budget
+    root_budget(cfg, reserve=None) -> int               # raw rollouts of the first wave
+    allocate_roots(v_pred (C,), cfg, rng, budget=None) -> (C,) int   # m per candidate
+    root_threshold(v_pred (C,), m (C,), cfg) -> float   # the roots' price (0: no shared price)
+    allocate_prefixes(v_prefix (P,), r (P,), depth (P,), remaining_turns (P,), budget, cfg, rng,
+                      min_gain=0.0) -> (P,) int          # K per open prefix, sum <= budget
+    second_wave(v_pred (C,), taken (C,) bool, budget, cfg) -> (C,) int   # leftover to new roots
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trace_core.allocation.inputs import Objective
+from trace_core.allocation.knapsack import marginal_threshold
 from trace_core.allocation.prefixes import allocate_prefixes
 from trace_core.allocation.roots import allocate_roots
 from trace_core.registry import Registry
@@ -77,9 +87,26 @@ class AllocationConfig(BaseModel):
     budget_total: int = Field(
         64, ge=1, le=1_000_000_000, description="Trajectories generated per iteration (raw + continuations)."
     )
-    root_share: float = Field(
-        0.5, gt=0.0, le=1.0,
-        description="Fraction of the budget spent on raw rollouts by strategies with an extension stage.",
+    root_share: float | None = Field(
+        None, gt=0.0, le=1.0,
+        description="Fraction of the budget spent on raw rollouts by strategies with an extension stage. "
+        "None: trace spends by one price across roots and continuations (see ext_reserve), the "
+        "fixed-split strategies (treepo, trace-root, trace-prefix) use 0.5.",
+    )
+    ext_reserve: float = Field(
+        0.25, ge=0.0, lt=1.0,
+        description="trace with root_share None: share of the budget held back from the first root wave "
+        "at iteration 0 (later: what the previous iteration bought in continuations, x1.25, at least "
+        "min_reserve); whatever the prefix stage does not buy goes to a second root wave.",
+    )
+    max_reserve: float = Field(
+        0.5, ge=0.0, lt=1.0,
+        description="trace with root_share None: the largest reserve share (the first root wave keeps the rest).",
+    )
+    min_reserve: float = Field(
+        0.1, ge=0.0, lt=1.0,
+        description="trace with root_share None: the smallest reserve share, so that the prefix stage "
+        "keeps being offered continuations to price.",
     )
     group_size: int = Field(8, ge=1, le=4096, description="Rollouts per prompt of the uniform strategies (n).")
     max_per_prompt: int = Field(8, ge=1, le=4096, description="Largest m of TRACE root allocation (M).")
@@ -101,13 +128,13 @@ class AllocationConfig(BaseModel):
         "whole-episode trajectories) buys more short continuations than long ones.",
     )
     root_objective: Objective = Field(
-        "groups",
+        "trajectories",
         description="What TRACE root allocation maximises: 'groups' = expected contrastive groups "
         "(sum V_root(v, m)); 'trajectories' = expected trajectories in them (sum m V_root(v, m)), the "
         "rollouts with a non-zero advantage. Used by trace and trace-root.",
     )
     prefix_objective: Objective = Field(
-        "groups",
+        "trajectories",
         description="What TRACE prefix allocation maximises: 'groups' = expected branch groups with a "
         "reward flip (sum V_pref(v, r, k)); 'trajectories' = expected trajectories in them (sum (k+1) "
         "V_pref: k continuations plus the raw trajectory). Used by trace and trace-prefix.",
@@ -162,53 +189,80 @@ def random_prefixes(n_nodes: int, budget: int, branch: int, max_per_node: int,
     return k
 
 
-def trace_prefixes(v, r, remaining_turns, budget: int, cfg: AllocationConfig) -> np.ndarray:
+def trace_prefixes(v, r, remaining_turns, budget: int, cfg: AllocationConfig, min_gain: float = 0.0) -> np.ndarray:
     """Exact TRACE prefix allocation; with ``token_budget`` a continuation costs its remaining
-    turns and the budget is ``budget`` whole episodes (longest depth + remaining)."""
+    turns and the budget is ``budget`` whole episodes (longest depth + remaining). ``min_gain``:
+    the price per trajectory a continuation must beat (per episode-length unit with tokens)."""
     if not cfg.token_budget or len(v) == 0:
-        return allocate_prefixes(v, r, budget, max_per_node=cfg.max_per_node, objective=cfg.prefix_objective)
+        return allocate_prefixes(v, r, budget, max_per_node=cfg.max_per_node, objective=cfg.prefix_objective,
+                                 min_gain=min_gain)
     remaining = np.asarray(remaining_turns, dtype=float)
     episode = float(remaining.max())  # a fresh rollout costs a whole episode
     return allocate_prefixes(v, r, budget * episode, max_per_node=cfg.max_per_node, cost=remaining,
-                             objective=cfg.prefix_objective)
+                             objective=cfg.prefix_objective, min_gain=min_gain / episode)
 
 
 # ----------------------------------------------------------------------------- strategies
+DEFAULT_ROOT_SHARE = 0.5  # the fixed split of the ablations when root_share is not set
+
+
 class Strategy:
     """Base: uniform roots, no extensions. Subclasses override one stage at a time."""
 
     name: ClassVar[str] = ""
     has_extensions: ClassVar[bool] = False
+    shares_price: ClassVar[bool] = False  # trace: one threshold across roots and continuations
     drop_zero_variance: ClassVar[bool] = False  # dapo: zero-variance groups leave the update
 
-    def root_budget(self, cfg: AllocationConfig) -> int:
-        return int(np.floor(cfg.root_share * cfg.budget_total)) if self.has_extensions else cfg.budget_total
+    def one_price(self, cfg: AllocationConfig) -> bool:
+        return self.shares_price and cfg.root_share is None
 
-    def allocate_roots(self, v_pred, cfg: AllocationConfig, rng: np.random.Generator) -> np.ndarray:
-        return uniform_roots(len(v_pred), self.root_budget(cfg), cfg.group_size)
+    def root_budget(self, cfg: AllocationConfig, reserve: int | None = None) -> int:
+        """First-wave raw rollouts: all of B, a fixed share, or B minus the reserve (one price)."""
+        if not self.has_extensions:
+            return cfg.budget_total
+        if self.one_price(cfg):
+            held = int(np.ceil(cfg.ext_reserve * cfg.budget_total)) if reserve is None else int(reserve)
+            floor = int(np.ceil(cfg.min_reserve * cfg.budget_total))
+            cap = int(np.floor(max(cfg.max_reserve, cfg.min_reserve) * cfg.budget_total))
+            return cfg.budget_total - min(max(held, floor), cap)
+        share = DEFAULT_ROOT_SHARE if cfg.root_share is None else cfg.root_share
+        return int(np.floor(share * cfg.budget_total))
+
+    def allocate_roots(self, v_pred, cfg: AllocationConfig, rng: np.random.Generator,
+                       budget: int | None = None) -> np.ndarray:
+        return uniform_roots(len(v_pred), self.root_budget(cfg) if budget is None else budget, cfg.group_size)
+
+    def root_threshold(self, v_pred, m, cfg: AllocationConfig) -> float:
+        """The price continuations must beat (value per trajectory of the roots' last purchase)."""
+        return 0.0
 
     def allocate_prefixes(self, v_prefix, r, depth, remaining_turns, budget: int, cfg: AllocationConfig,
-                          rng: np.random.Generator) -> np.ndarray:
+                          rng: np.random.Generator, min_gain: float = 0.0) -> np.ndarray:
         return np.zeros(len(v_prefix), dtype=np.int64)
+
+    def second_wave(self, v_pred, taken, budget: int, cfg: AllocationConfig) -> np.ndarray:
+        """Rollouts for the candidates not yet sampled from what the prefix stage left (one price only)."""
+        return np.zeros(len(v_pred), dtype=np.int64)
 
 
 class _RandomBranching(Strategy):
     has_extensions = True
 
-    def allocate_prefixes(self, v_prefix, r, depth, remaining_turns, budget, cfg, rng):
+    def allocate_prefixes(self, v_prefix, r, depth, remaining_turns, budget, cfg, rng, min_gain=0.0):
         return random_prefixes(len(v_prefix), budget, cfg.treepo_branch, cfg.max_per_node, rng)
 
 
 class _TracePrefix(Strategy):
     has_extensions = True
 
-    def allocate_prefixes(self, v_prefix, r, depth, remaining_turns, budget, cfg, rng):
-        return trace_prefixes(v_prefix, r, remaining_turns, budget, cfg)
+    def allocate_prefixes(self, v_prefix, r, depth, remaining_turns, budget, cfg, rng, min_gain=0.0):
+        return trace_prefixes(v_prefix, r, remaining_turns, budget, cfg, min_gain=min_gain)
 
 
-def _trace_root(self: Strategy, v_pred, cfg: AllocationConfig, rng) -> np.ndarray:
-    return allocate_roots(v_pred, self.root_budget(cfg), max_per_prompt=cfg.max_per_prompt,
-                          min_active=cfg.min_active, objective=cfg.root_objective)
+def _trace_root(self: Strategy, v_pred, cfg: AllocationConfig, rng, budget: int | None = None) -> np.ndarray:
+    return allocate_roots(v_pred, self.root_budget(cfg) if budget is None else budget,
+                          max_per_prompt=cfg.max_per_prompt, min_active=cfg.min_active, objective=cfg.root_objective)
 
 
 @register_strategy("grpo")
@@ -227,8 +281,8 @@ class Dapo(Strategy):
 class Pcl(Strategy):
     """Root only: the prompts whose predicted v is closest to 0.5, ``n`` rollouts each."""
 
-    def allocate_roots(self, v_pred, cfg, rng):
-        return pcl_roots(np.asarray(v_pred), self.root_budget(cfg), cfg.group_size)
+    def allocate_roots(self, v_pred, cfg, rng, budget=None):
+        return pcl_roots(np.asarray(v_pred), self.root_budget(cfg) if budget is None else budget, cfg.group_size)
 
 
 @register_strategy("treepo")
@@ -238,9 +292,28 @@ class TreePO(_RandomBranching):
 
 @register_strategy("trace")
 class Trace(_TracePrefix):
-    """TRACE: exact root allocation, then exact prefix allocation."""
+    """TRACE: exact root allocation, then exact prefix allocation at the roots' price, then a
+    second root wave with what is left (one price; a set ``root_share`` fixes the split instead)."""
 
+    shares_price = True
     allocate_roots = _trace_root
+
+    def root_threshold(self, v_pred, m, cfg):
+        if not self.one_price(cfg):
+            return 0.0
+        from trace_core.utility import root_objective_table
+
+        table = root_objective_table(v_pred, cfg.max_per_prompt, cfg.root_objective)
+        return marginal_threshold(table, m, min_active=cfg.min_active)
+
+    def second_wave(self, v_pred, taken, budget, cfg):
+        m = np.zeros(len(v_pred), dtype=np.int64)
+        free = ~np.asarray(taken, dtype=bool)
+        if not self.one_price(cfg) or budget < cfg.min_active or not free.any():
+            return m
+        m[free] = allocate_roots(np.asarray(v_pred)[free], budget, max_per_prompt=cfg.max_per_prompt,
+                                 min_active=cfg.min_active, objective=cfg.root_objective)
+        return m
 
 
 @register_strategy("trace-root")

@@ -106,6 +106,38 @@ def node_labels(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return y, w
 
 
+def is_labelled(nodes: pl.DataFrame) -> np.ndarray:
+    """Boolean ``(n,)``: the rows ``labelled`` keeps."""
+    if nodes.height == 0:
+        return np.zeros(0, dtype=bool)
+    return (nodes["subtree_mean_reward"].is_not_null() & nodes["subtree_mean_reward"].is_finite().fill_null(False)
+            & (nodes["subtree_count"].fill_null(0) > 0)).to_numpy()  # fmt: skip
+
+
+def decision_rows(nodes: pl.DataFrame) -> np.ndarray:
+    """Boolean ``(n,)``: roots and raw non-leaf prefixes, the nodes scored at decision time."""
+    depth = nodes["depth"].fill_null(0).to_numpy()
+    raw = (nodes["origin"].fill_null("raw") == "raw").to_numpy()
+    leaf = nodes["is_leaf"].fill_null(False).to_numpy()
+    return (depth == 0) | (raw & ~leaf)
+
+
+def decision_labels(nodes: pl.DataFrame, counts: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, w)``, both ``(n,)``: a prefix's subtree label (``node_labels``); a root's raw-rollout
+    success rate from ``counts`` (``prior.outcome_counts``: ``prompt_id, iteration, s, n``) when
+    present - what root allocation predicts. The continuations below a root were chosen by prefix
+    allocation; their outcomes are not the prompt's success rate."""
+    y, w = node_labels(nodes)
+    if nodes.height == 0 or counts.height == 0:
+        return y, w
+    raw = (nodes.select(pl.int_range(nodes.height).alias("row"), "prompt_id", pl.col("iteration").cast(pl.Int64))
+           .join(counts.select("prompt_id", "iteration", "s", "n"), on=["prompt_id", "iteration"], how="left")
+           .sort("row"))  # fmt: skip
+    roots = is_root(nodes) & raw["n"].is_not_null().to_numpy()
+    n = raw["n"].fill_null(1.0).to_numpy()
+    return np.where(roots, raw["s"].fill_null(0.0).to_numpy() / n, y), np.where(roots, n, w)
+
+
 PredictorFactory = Callable[[PredictorConfig], Predictor]
 # ``hf_encoder`` is imported on first use (keeps transformers out of CPU runs)
 _REGISTRY: Registry[PredictorFactory] = Registry(

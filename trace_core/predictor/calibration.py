@@ -102,6 +102,26 @@ def identity(p: np.ndarray, y: np.ndarray, w: np.ndarray) -> Calibrator:
 CALIBRATORS = {"platt": fit_platt, "isotonic": fit_isotonic, "none": identity}
 
 
+def brier(p: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
+    """Against the trajectories' 0/1 outcomes: ``(p - y)^2 + y(1 - y)`` per node, weighted."""
+    return float(np.sum(w * ((p - y) ** 2 + y * (1 - y))) / max(np.sum(w), 1e-12))
+
+
+def fit_map(method: str, p, y, w, *, min_isotonic_nodes: int) -> tuple[dict, Calibrator]:
+    """One map and its report ``{n, method, brier_before, brier_after}`` (in-sample); isotonic falls
+    back to Platt below ``min_isotonic_nodes``."""
+    if method == "isotonic" and len(p) < min_isotonic_nodes:
+        method = "platt"
+    cal = CALIBRATORS[method](p, y, w)
+    return {"n": float(len(p)), "method": cal.to_state()["method"], "brier_before": brier(p, y, w),
+            "brier_after": brier(cal(p), y, w)}, cal  # fmt: skip
+
+
+def by_kind(maps: dict[str, Calibrator], p: np.ndarray, roots: np.ndarray) -> np.ndarray:
+    """``maps['root']`` on the root rows of ``p`` ``(n,)``, ``maps['prefix']`` on the others."""
+    return np.where(roots, maps["root"](p), maps["prefix"](p)) if len(p) else np.zeros(0)
+
+
 def map_from_state(state: dict) -> Calibrator:
     method = state.get("method")
     if method == "platt":

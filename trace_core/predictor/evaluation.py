@@ -6,7 +6,7 @@ successes and ``w*(1-y)`` failures, all at the node's prediction ``p``. So
 * Brier = ``sum w [(p - y)^2 + y(1 - y)] / sum w`` (the mean squared error over trajectories; equal
   to the usual Brier for 0/1 outcomes);
 * AUC = P(score of a success > score of a failure), ties counting 1/2, over those weighted pairs
-  (NaN when either class is empty);
+  (scikit-learn's ``roc_auc_score``; NaN when either class is empty);
 * ECE = ``sum_b (W_b / W) |mean_y_b - mean_p_b|`` over ``n_bins`` equal-width bins of ``p``.
 
 ``evaluate_prospective`` returns plain data, separately for roots and prefixes (and all), for the
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from sklearn.metrics import roc_auc_score
 
 
 def _check(p: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -36,17 +37,14 @@ def brier(p, y, w=None) -> float:
 
 
 def auc(p, y, w=None) -> float:
-    """Weighted ROC AUC with soft labels; ties in ``p`` count 1/2."""
+    """Weighted ROC AUC with soft labels (scikit-learn on the expanded pairs); ties in ``p`` count 1/2."""
     p, y, w = _check(p, y, w)
     pos, neg = w * y, w * (1 - y)
-    total_pos, total_neg = pos.sum(), neg.sum()
-    if total_pos <= 0 or total_neg <= 0:
+    if pos.sum() <= 0 or neg.sum() <= 0:
         return float("nan")
-    uniq, inv = np.unique(p, return_inverse=True)
-    pos_g = np.bincount(inv, weights=pos, minlength=len(uniq))
-    neg_g = np.bincount(inv, weights=neg, minlength=len(uniq))
-    neg_below = np.cumsum(neg_g) - neg_g
-    return float(np.sum(pos_g * (neg_below + 0.5 * neg_g)) / (total_pos * total_neg))
+    keep = np.r_[pos, neg] > 0
+    labels = np.r_[np.ones_like(p), np.zeros_like(p)][keep]
+    return float(roc_auc_score(labels, np.r_[p, p][keep], sample_weight=np.r_[pos, neg][keep]))
 
 
 def reliability(p, y, w=None, n_bins: int = 10) -> list[dict]:

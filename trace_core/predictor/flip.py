@@ -44,9 +44,9 @@ def with_remaining(prefixes: pl.DataFrame, nodes: pl.DataFrame | None = None) ->
     if "remaining" in prefixes.columns:
         return prefixes.with_columns(pl.col("remaining").cast(pl.Float64).fill_null(1.0))
     src = raw_turns(nodes if nodes is not None else prefixes).select("trajectory_id", "leaf_depth")
-    return (prefixes.join(src, on="trajectory_id", how="left")
+    return (prefixes.with_row_index("_row").join(src, on="trajectory_id", how="left").sort("_row")
             .with_columns((pl.col("leaf_depth") - pl.col("depth")).cast(pl.Float64).clip(1.0, None)
-                          .fill_null(1.0).alias("remaining")).drop("leaf_depth"))  # fmt: skip
+                          .fill_null(1.0).alias("remaining")).drop("leaf_depth", "_row"))  # fmt: skip
 
 
 def continuation_pairs(nodes: pl.DataFrame) -> pl.DataFrame:
@@ -79,6 +79,9 @@ class FlipModel:
 
     def __init__(self, cfg: FlipConfig):
         self.cfg = cfg
+        self._reset()
+
+    def _reset(self) -> None:
         self.shift = np.zeros(2 * (MAX_DEPTH_BIN + 1))  # logit shift per (r, depth) bin
         self.bin_counts = np.zeros_like(self.shift)
         self.coef: np.ndarray | None = None  # logistic layer, when fitted
@@ -98,7 +101,7 @@ class FlipModel:
         ``remaining`` turns, tool ``errors``, continuations ``n``, flips ``f`` and age weight ``w``."""
         v, r, depth, remaining, errors, n, f, w = (np.asarray(a, dtype=np.float64)
                                                   for a in (v, r, depth, remaining, errors, n, f, w))  # fmt: skip
-        self.__init__(self.cfg)
+        self._reset()
         self.n_continuations = float(n.sum())
         if len(n) == 0:
             return {"continuations": 0.0, "logistic": False}

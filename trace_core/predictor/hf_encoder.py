@@ -2,10 +2,11 @@
 
 ``HFEncoderPredictor`` is the default predictor with one change: each node's text (question and
 path, ``features.node_texts``) is embedded by a frozen encoder (mean-pooled last hidden state) and
-the embedding is appended to the dense features; hashed n-grams, calibration and history are
+the embedding is appended to the dense features; hashed n-grams, prior, calibration and flips are
 unchanged. The encoder is loaded with ``local_files_only=True`` from ``config.encoder_path`` on
 ``config.encoder_device``; nothing is downloaded. Embeddings are cached by text, so a refresh
-re-embeds only new nodes; ``save`` stores the head, not the encoder (reloaded from its path). Registered lazily as ``hf_encoder`` (transformers is imported only here).
+re-embeds only new nodes; ``save`` stores the head, not the encoder (reloaded from its path on
+first use). Registered lazily as ``hf_encoder`` (transformers is imported only here).
 """
 
 from __future__ import annotations

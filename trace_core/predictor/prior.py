@@ -157,6 +157,8 @@ class HierarchicalPrior:
             if best is None or loss < best[3]:
                 best = (gamma, kc, kp, loss, n_units)
         gamma, self.kappa_cell, self.kappa_prompt, loss, n_units = best
+        if n_units == 0:  # nothing to choose by: the configured or default discount
+            gamma = self.cfg.discount if self.cfg.discount is not None else DEFAULT_DISCOUNT
         if gamma != self.discount:
             self.discount, self._tables = gamma, {}
         return {"kappa_cell": self.kappa_cell, "kappa_prompt": self.kappa_prompt, "discount": self.discount,

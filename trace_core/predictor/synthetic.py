@@ -10,6 +10,9 @@ more hops, more arguments). Per iteration: ``prompts_per_iter`` prompts drawn fr
 ``m`` raw rollouts each, then ``k`` continuations from a random ``extend_fraction`` of the
 non-leaf prefixes. Rows follow ``NODE_SCHEMA`` plus ``true_p`` (an approximate oracle
 success probability, for reference ceilings).
+
+``cell_rate_iteration``: a simpler world for learning-speed tests, in which every prompt of a
+(family, difficulty) cell succeeds with exactly the cell's given rate.
 """
 
 from __future__ import annotations
@@ -156,3 +159,37 @@ def synthetic_run(n_iterations: int, *, seed: int = 0, n_prompts: int = 400, **k
     """Iterations 0..n_iterations-1 of synthetic trees over one prompt pool."""
     pool = make_pool(n_prompts, seed)
     return pl.concat([synthetic_iteration(pool, t, seed=seed, **kw) for t in range(n_iterations)])
+
+
+def cell_rate_iteration(rates: dict[tuple[str, int], float], iteration: int, *, seed: int, n_prompts: int = 64,
+                        m: int = 4, turns: int = 2, prompt_offset: int = 0,
+                        run_id: str = "cells") -> pl.DataFrame:  # fmt: skip
+    """One iteration of trees in which every prompt of cell ``(task, difficulty)`` succeeds with
+    exactly ``rates[cell]``: ``n_prompts`` prompts spread evenly over the cells (ids from
+    ``prompt_offset``), ``m`` raw rollouts of ``turns`` tool turns each, then an answer. For tests
+    of how fast the predictor learns known cell rates; NODE_SCHEMA rows, subtree labels filled."""
+    rng = np.random.default_rng([seed, iteration])
+    cells = sorted(rates)
+    rows: list[dict] = []
+    for i in range(n_prompts):
+        task, diff = cells[i % len(cells)]
+        pid = f"{task}-d{diff}-{prompt_offset + i:05d}"
+        root_id = node_id(run_id, iteration, pid)
+        tree = [{"node_id": root_id, "parent_id": None, "depth": 0, "origin": "root", "is_leaf": False,
+                 "action_text": _question(rng, task, diff)}]  # fmt: skip
+        for j in range(m):
+            traj, parent = node_id(run_id, iteration, pid, j), root_id
+            reward = float(rng.random() < rates[(task, diff)])
+            for depth in range(1, turns + 2):
+                nid, last = node_id(run_id, iteration, pid, j, depth), depth == turns + 1
+                tree.append({"node_id": nid, "parent_id": parent, "trajectory_id": traj, "depth": depth,
+                             "origin": "raw", "is_leaf": last, "reward": reward if last else None,
+                             "action_text": "<answer>1</answer>" if last else '<tool_call>{"name": "search"}</tool_call>',
+                             "observation_text": None if last else "result: ok", "tool_errors": 0,
+                             "answered": last})  # fmt: skip
+                parent = nid
+        for r in tree:
+            r.update(run_id=run_id, iteration=iteration, prompt_id=pid, task=task, difficulty=diff,
+                     strategy="synthetic")  # fmt: skip
+        rows += _label(tree)
+    return pl.DataFrame([{c: r.get(c) for c in NODE_SCHEMA} for r in rows], schema=NODE_SCHEMA)
