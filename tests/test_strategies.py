@@ -94,9 +94,9 @@ def test_token_budget_buys_more_short_continuations():
     assert k.sum() > 2  # more than two continuations with a 2-episode budget
 
 
-def test_objectives_default_to_groups_and_are_validated():
+def test_objectives_default_to_trajectories_and_are_validated():
     cfg = AllocationConfig()
-    assert cfg.root_objective == "groups" and cfg.prefix_objective == "groups"
+    assert cfg.root_objective == "trajectories" and cfg.prefix_objective == "trajectories"
     with pytest.raises(ValidationError, match="root_objective"):
         AllocationConfig(root_objective="rollouts")
     with pytest.raises(ValidationError, match="prefix_objective"):
@@ -127,3 +127,37 @@ def test_trace_strategies_pass_the_objectives_through(name):
             budget = 30 * remaining.max() if token_budget else 30
             expect = allocate_prefixes(vp, r, budget, max_per_node=8, objective="trajectories", **cost)
             assert k.tolist() == expect.tolist()
+
+
+def test_trace_one_price_budget_split():
+    """root_share unset: trace holds a reserve (ext_reserve at iteration 0, then what the last
+    iteration bought, within [min_reserve, max_reserve]); a set root_share fixes the split; the
+    fixed-split strategies use 0.5."""
+    trace, treepo = get_strategy("trace"), get_strategy("treepo")
+    cfg = AllocationConfig(strategy="trace", budget_total=200)
+    assert trace.root_budget(cfg) == 150  # ext_reserve 0.25
+    assert trace.root_budget(cfg, reserve=60) == 140
+    assert trace.root_budget(cfg, reserve=0) == 180  # min_reserve 0.1
+    assert trace.root_budget(cfg, reserve=500) == 100  # max_reserve 0.5
+    assert trace.root_budget(cfg.model_copy(update={"root_share": 0.8}), reserve=60) == 160
+    assert treepo.root_budget(cfg) == 100 and get_strategy("grpo").root_budget(cfg) == 200
+
+
+def test_trace_price_gates_continuations_and_leftover_goes_to_a_second_wave():
+    rng = np.random.default_rng(5)
+    trace = get_strategy("trace")
+    cfg = AllocationConfig(strategy="trace", budget_total=96)
+    v = rng.random(40)
+    m = trace.allocate_roots(v, cfg, rng, budget=64)
+    price = trace.root_threshold(v, m, cfg)
+    assert price > 0
+    assert trace.root_threshold(v, m, cfg.model_copy(update={"root_share": 0.5})) == 0.0
+    r = rng.integers(0, 2, 120).astype(float)
+    vp = np.where(r > 0.5, 1 - 0.15 * rng.random(120), 0.15 * rng.random(120))  # flips are rare
+    free = trace.allocate_prefixes(vp, r, np.ones(120), np.ones(120), 32, cfg, rng)
+    priced = trace.allocate_prefixes(vp, r, np.ones(120), np.ones(120), 32, cfg, rng, min_gain=price)
+    assert priced.sum() <= free.sum() and priced.sum() < 32
+    left = 96 - int(m.sum()) - int(priced.sum())
+    m2 = trace.second_wave(v, m > 0, left, cfg)
+    assert not ((m > 0) & (m2 > 0)).any() and 0 < m2.sum() <= left
+    assert get_strategy("trace-root").second_wave(v, m > 0, left, cfg).sum() == 0

@@ -13,12 +13,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trace_core.advantage import AdvantageConfig
+from trace_core.allocation import AllocationConfig
 from trace_core.config_io import load_config
 from trace_core.engines.base import SamplingConfig
 from trace_core.envs.config import EnvConfig
 from trace_core.policy.config import ModelConfig, UpdateConfig, WarmupConfig
 from trace_core.predictor.config import PredictorConfig
-from trace_core.allocation import AllocationConfig
 from trace_core.tracking_config import TrackingConfig
 
 

@@ -61,7 +61,8 @@ def continuation_pairs(nodes: pl.DataFrame) -> pl.DataFrame:
     r = raw_turns(nodes).select(pl.col("trajectory_id").alias("b_traj"), "r")
     return (first.join(leaf, on="trajectory_id").join(branch, on="node_id").join(r, on="b_traj")
             .group_by("node_id").agg(pl.col("r").first(), pl.len().cast(pl.Float64).alias("n"),
-                                     (pl.col("y") != pl.col("r")).cast(pl.Float64).sum().alias("f")))  # fmt: skip
+                                     (pl.col("y") != pl.col("r")).cast(pl.Float64).sum().alias("f"))
+            .sort("node_id"))  # fmt: skip  (group_by order varies run to run)
 
 
 def _bins(r: np.ndarray, depth: np.ndarray) -> np.ndarray:

@@ -72,7 +72,8 @@ def outcome_counts(nodes: pl.DataFrame) -> pl.DataFrame:
                 (pl.col("subtree_mean_reward").cast(pl.Float64).clip(0.0, 1.0) * pl.col("subtree_count")).alias("s"),
                 pl.col("subtree_count").cast(pl.Float64).alias("n"))
     )  # fmt: skip
-    return _normalise(pl.concat([_normalise(raw), _normalise(roots)]))
+    # sorted: polars' group_by order varies run to run; fits and float sums must not
+    return _normalise(pl.concat([_normalise(raw), _normalise(roots)])).sort("iteration", "prompt_id", nulls_last=True)
 
 
 def cell_counts(cell_prior: pl.DataFrame) -> pl.DataFrame:
@@ -154,7 +155,7 @@ class HierarchicalPrior:
         for gamma in [self.cfg.discount] if self.cfg.discount is not None else self.cfg.discount_grid:
             self.discount, self._tables = gamma, {}
             kc, kp, loss, n_units = self._strengths()
-            if best is None or loss < best[3]:
+            if best is None or loss < best[3] - 1e-9 * max(1.0, abs(best[3])):  # near-ties: the first wins
                 best = (gamma, kc, kp, loss, n_units)
         gamma, self.kappa_cell, self.kappa_prompt, loss, n_units = best
         if n_units == 0:  # nothing to choose by: the configured or default discount
@@ -183,10 +184,13 @@ class HierarchicalPrior:
         if t not in self._tables:
             c = self.counts.filter(pl.col("iteration") < t).with_columns(
                 (self.discount ** (t - 1 - pl.col("iteration")).clip(0, None).cast(pl.Float64)).alias("w"))
+            # sorted by key: polars' group_by order varies run to run, and sums must not
             cells = c.group_by("task", "difficulty").agg((pl.col("w") * pl.col("s")).sum().alias("cs"),
-                                                         (pl.col("w") * pl.col("n")).sum().alias("cn"))
+                                                         (pl.col("w") * pl.col("n")).sum().alias("cn")).sort(
+                "task", "difficulty")
             prompts = c.filter(pl.col("prompt_id").is_not_null()).group_by("prompt_id").agg(
-                (pl.col("w") * pl.col("s")).sum().alias("ps"), (pl.col("w") * pl.col("n")).sum().alias("pn"))
+                (pl.col("w") * pl.col("s")).sum().alias("ps"), (pl.col("w") * pl.col("n")).sum().alias("pn")).sort(
+                "prompt_id")
             trend = Trend.fit(cells.rename({"cs": "s", "cn": "n"}), self.base, self.cfg.trend_c)
             self._tables[t] = (trend, cells, prompts)
         return self._tables[t]
