@@ -33,6 +33,7 @@ from trace_core.metrics import trajectory_metrics
 from trace_core.policy.live import load_policy_for
 from trace_core.pools import candidate_pool, heldout_pool, tasks_by_id
 from trace_core.records import (
+    confirmed_confident_share,
     iteration_row,
     prediction_rows,
     prompt_rows,
@@ -274,10 +275,12 @@ def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
         wave = read_shard(extensions.wave_prompts)
         prompts = prompts.with_columns(pl.col("m_alloc") + wave["m_alloc"],
                                        pl.when(wave["m_alloc"] > 0).then(wave["utility"]).otherwise(pl.col("utility")))
-    writer.write("prompts", prompt_rows(prompts, nodes), stage="final", iteration=iteration)
+    prompts = prompt_rows(prompts, nodes)
+    writer.write("prompts", prompts, stage="final", iteration=iteration)
     writer.write("predictions", prediction_rows(nodes), stage="final", iteration=iteration)
     return Verified(nodes=str(writer.path("nodes", stage="final", iteration=iteration)),
                     predictor_metrics=prospective_metrics(nodes, _load_predictor(predictor.path)),
+                    confirmed_confident_share=confirmed_confident_share(prompts),
                     reward_mismatches=mismatched, seconds=time.perf_counter() - t0, **trajectory_metrics(nodes))
 
 

@@ -59,6 +59,19 @@ def prompt_rows(prompts: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     return prompts.join(counts, on="prompt_id", how="left")
 
 
+def confirmed_confident_share(prompts: pl.DataFrame, low: float = 0.05, high: float = 0.95) -> float:
+    """Share of the root rollouts spent on prompts predicted below ``low`` / above ``high`` that
+    came out that way (all failed / all succeeded): the budget the predictor knew was wasted
+    (as ``sql/confident_allocation_by_iteration.sql``)."""
+    chosen = prompts.filter(pl.col("m_alloc") > 0)
+    total = int(chosen["m_alloc"].sum() or 0)
+    if total == 0:
+        return 0.0
+    sure = chosen.filter(((pl.col("v_pred") < low) & (pl.col("n_success") == 0))
+                         | ((pl.col("v_pred") > high) & (pl.col("n_success") == pl.col("n_total"))))
+    return int(sure["m_alloc"].sum() or 0) / total
+
+
 def prediction_rows(nodes: pl.DataFrame) -> pl.DataFrame:
     """Predictions made before the outcomes (roots in stage 2, prefixes in stage 4) beside them.
     A root's outcome is its raw rollouts' success rate (what root allocation predicted: the

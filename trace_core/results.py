@@ -78,6 +78,7 @@ class Verified(StageResult):
     effective_per_1k_tokens: float
     train_reward: float
     reward_mismatches: int = 0
+    confirmed_confident_share: float = 0.0  # root rollouts on prompts predicted <0.05 / >0.95 that came out so
     predictor_metrics: dict[str, float] = Field(default_factory=dict)
 
 

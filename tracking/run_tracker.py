@@ -14,7 +14,7 @@ def iteration_metrics(results: IterationResults, row: dict) -> dict[str, float]:
     fit, update loss and stage timings."""
     ver, fit = results.verified, results.predictor.fit
     out = {k: getattr(ver, k) for k in ("effective_ratio", "wasted_share", "effective_per_1k_tokens", "train_reward",
-                                         "wasted", "reward_mismatches")}
+                                         "wasted", "reward_mismatches", "confirmed_confident_share")}
     out.update(budget_asked=row["budget_asked"], budget_used=row["budget_used"], tokens=row["tokens"],
                raw_tokens_per_s=results.raw.tokens_per_s, expected_contrastive=results.roots.expected_contrastive,
                prefixes_branched=results.prefixes.branched, predictor_train_loss=fit.get("train_loss"),

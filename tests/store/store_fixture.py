@@ -102,9 +102,11 @@ def fixture_prompts() -> pl.DataFrame:
         "iteration": [0] * 4,
         "prompt_id": list("ABCD"),
         "task": ["math", "qa", "qa", "fc"],
-        "v_pred": [0.5, 0.2, 0.9, 0.6],
+        "v_pred": [0.5, 0.02, 0.9, 0.97],
         "m_alloc": [2, 2, 0, 3],
-    })
+        "n_success": [1, 0, None, 2],  # B: sure to fail and did; D: sure to succeed, did not
+        "n_total": [2, 2, None, 3],
+    }, schema_overrides={"n_success": pl.Int32, "n_total": pl.Int32})
 
 
 def fixture_iterations() -> pl.DataFrame:

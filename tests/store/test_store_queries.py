@@ -187,3 +187,10 @@ def test_python_metric_agrees_with_the_views(home):
     ours = trajectory_table(nodes).select("trajectory_id", "effective").sort("trajectory_id")
     views = query(home, "SELECT trajectory_id, effective FROM trajectories WHERE run_id = 'r1' ORDER BY 1")
     assert ours.rows() == views.rows()
+
+
+def test_confident_allocation_by_iteration(home):
+    f = sqlq.run_named_query(home, "confident_allocation_by_iteration", run_id="r1")
+    # A (v 0.5, m 2) is not confident; B (v 0.02, m 2, 0/2) confirmed; D (v 0.97, m 3, 2/3) not
+    assert rows(f, "iteration", "rollouts", "confident_rollouts", "confirmed_rollouts", "confirmed_share") == [
+        (0, 7, 5, 2, 0.2857)]
