@@ -18,9 +18,45 @@ SetOpt = typer.Option(None, "--set", help="Override a config field: --set alloca
 HomeOpt = typer.Option(Path(".trace-home"), "--home", help="Run home: shards, catalogue, checkpoints, mlflow.db.")
 
 
+def _check_home(home: Path, create: bool = True) -> None:
+    """A usable run home or exit 2 with one line: a directory (or creatable), no glob characters."""
+    from trace_core.shards import check_home_path
+
+    try:
+        check_home_path(home)
+        if home.exists() and not home.is_dir():
+            raise NotADirectoryError(f"--home {home} is a file, not a directory")
+        if create:
+            home.mkdir(parents=True, exist_ok=True)
+    except (ValueError, OSError) as err:
+        _fail(err)
+
+
+def _check_run_id(run_id: str | None) -> None:
+    from trace_core.run import check_run_id
+
+    if run_id is not None:
+        try:
+            check_run_id(run_id)
+        except ValueError as err:
+            _fail(err)
+
+
+def _check_unlocked(home: Path, run_id: str) -> None:
+    """Exit 2 with the holder's pid and host if another live process is writing this run (the
+    flow takes the lock itself for the whole run: trace_core.runlock)."""
+    from trace_core.run import RunRef
+    from trace_core.runlock import RunLocked, acquire_run_lock, release_run_lock
+
+    try:
+        release_run_lock(acquire_run_lock(RunRef(str(home.resolve()), run_id).run_dir))
+    except RunLocked as err:
+        _fail(err)
+
+
 def _quiet_env(home: Path) -> None:
     """Keep Prefect/MLflow state inside the run home and switch telemetry off."""
-    home.mkdir(parents=True, exist_ok=True)
+    _check_home(home)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("DO_NOT_TRACK", "true")
     os.environ.setdefault("PREFECT_HOME", str((home / "prefect").resolve()))
@@ -31,7 +67,10 @@ def _quiet_env(home: Path) -> None:
 
 
 def _fail(err: Exception) -> None:
-    typer.secho(str(err), fg=typer.colors.RED, err=True)
+    """Print the error (its own line breaks kept, e.g. one line per bad config field) and exit 2."""
+    raw = err.args[0] if isinstance(err, KeyError) and err.args else str(err)  # str(KeyError) adds quotes
+    text = raw if isinstance(err, ValueError) and "\n" in raw else " ".join(str(raw).split())
+    typer.secho(text or type(err).__name__, fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
 
 
@@ -40,11 +79,13 @@ def _train_config(config: Path | None, overrides: list[str] | None, home: Path):
     from trace_core.config import load_train_config
     from trace_core.config_io import ConfigError
 
-    _quiet_env(home)
+    _check_home(home, create=False)
     try:
-        return load_train_config(config or DEFAULT_CONFIG, overrides or [])
+        cfg = load_train_config(config or DEFAULT_CONFIG, overrides or [])
     except ConfigError as err:
         _fail(err)
+    _quiet_env(home)  # created only for a valid config
+    return cfg
 
 
 @app.command()
@@ -75,11 +116,12 @@ def warmup(
     (the `model` and `warmup` sections of the config); record recipe and success table beside it."""
     import json
 
-    from trace_core.config_io import ConfigError
+    from trace_core.config_io import ConfigError, read_yaml_mapping
     from trace_core.policy.model import TINY_WARM_DIR
     from trace_core.policy.warmup import warm_start
 
     try:
+        read_yaml_mapping(config or DEFAULT_CONFIG)  # malformed / binary YAML: one line, not a traceback
         recipe = warm_start(config or DEFAULT_CONFIG, out or TINY_WARM_DIR, overrides=set_ or [], evaluate=evaluate)
     except ConfigError as err:
         _fail(err)
@@ -95,11 +137,19 @@ def train(
     tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow server (default sqlite under --home)."),
 ) -> None:
     """The main job: the TRACE training flow on the config (tiny CPU config by default)."""
+    from trace_core.runlock import RunLocked
+
+    _check_run_id(run_id)
     cfg = _train_config(config, set_, home)
+    if run_id is not None:
+        _check_unlocked(home, run_id)  # before Prefect starts (seconds): refused at once
     from flows.train import train_flow
 
-    summary = train_flow(cfg, run_id=run_id, home=str(home.resolve()),
-                         tracking_uri=tracking_uri)
+    try:
+        summary = train_flow(cfg, run_id=run_id, home=str(home.resolve()),
+                             tracking_uri=tracking_uri)
+    except RunLocked as err:  # lost a race with another writer after the check above
+        _fail(err)
     typer.echo(summary.get("report", ""))
 
 
@@ -114,6 +164,7 @@ def compare(
     tracking_uri: str = typer.Option(None, "--tracking-uri"),
 ) -> None:
     """Train each strategy from the same checkpoint, stream and budget; write a report."""
+    _check_run_id(run_id)
     cfg = _train_config(config, set_, home)
     from flows.compare import compare_flow
 
@@ -136,6 +187,7 @@ def headroom(
     with the true values: effective ratio lost to prediction vs left by the allocation."""
     from trace_core.run import RunRef
 
+    _check_run_id(run_id)
     saved = RunRef(str(home.resolve()), run_id).artifacts_dir / "config.yaml"
     cfg = _train_config(config or (saved if saved.is_file() else None), set_, home)
     try:
@@ -170,7 +222,7 @@ def sql(
         return
     try:
         text = sql_command(name, run_id=run_id, fmt=fmt, home_dir=home, output=out)
-    except (KeyError, ValueError, FileNotFoundError) as err:
+    except (KeyError, ValueError, OSError) as err:
         _fail(err)
     if text:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

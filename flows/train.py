@@ -23,6 +23,7 @@ from trace_core.config import TrainConfig
 from trace_core.config_io import config_hash
 from trace_core.results import Evaluation, IterationResults
 from trace_core.run import RunRef, initial_checkpoint, new_run_id
+from trace_core.runlock import hold_run_lock
 from trace_core.store import ensure_catalog
 from tracking.run_tracker import RunTracker
 
@@ -44,40 +45,41 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
     after a crash resumes from the last finished stage."""
     cfg = TrainConfig.model_validate(config)
     ref = RunRef(str(Path(home).resolve()), run_id or new_run_id(cfg))
-    t = stage_tasks(ref.home)
-    log = get_run_logger()
-    log.info("run %s  strategy=%s  config=%s  home=%s", ref.run_id, cfg.allocation.strategy, config_hash(cfg), ref.home)
-    tracker = RunTracker(ref, cfg, tracking_uri=tracking_uri, parent=parent_tracking_run)
-    ensure_catalog(ref.home)  # DIR/trace.duckdb: analysts can query while training writes shards
+    with hold_run_lock(ref.run_dir):  # one writer per run: a second `train` of this id is refused
+        t = stage_tasks(ref.home)
+        log = get_run_logger()
+        log.info("run %s  strategy=%s  config=%s  home=%s", ref.run_id, cfg.allocation.strategy, config_hash(cfg), ref.home)
+        tracker = RunTracker(ref, cfg, tracking_uri=tracking_uri, parent=parent_tracking_run)
+        ensure_catalog(ref.home)  # DIR/trace.duckdb: analysts can query while training writes shards
 
-    checkpoint = initial_checkpoint(cfg)
-    accuracy = before = t.evaluate(cfg, checkpoint)  # its per-cell outcomes: the predictor's first prior
-    tracker.log(accuracy.columns() | {"seconds": accuracy.seconds}, step=0)
-    history = []
-    for i in range(cfg.run.iterations):
-        t_iter = time.perf_counter()
-        predictor = t.refresh_predictor(ref, cfg, i, before)                              # (1)
-        roots = t.allocate_roots(ref, cfg, i, predictor)                                  # (2)
-        raw = t.generate_raw_rollouts(ref, cfg, i, checkpoint, roots)                     # (3)
-        prefixes = t.score_prefixes(ref, cfg, i, predictor, roots, raw)                   # (4)
-        extensions = t.extend_prefixes(ref, cfg, i, checkpoint, roots, raw, prefixes)     # (5)
-        verified = t.verify_rewards(ref, cfg, i, predictor, roots, raw, prefixes, extensions)  # (6)
-        update = t.update_policy(ref, cfg, i, checkpoint, verified)                       # (7)
-        checkpoint = update.checkpoint
+        checkpoint = initial_checkpoint(cfg)
+        accuracy = before = t.evaluate(cfg, checkpoint)  # its per-cell outcomes: the predictor's first prior
+        tracker.log(accuracy.columns() | {"seconds": accuracy.seconds}, step=0)
+        history = []
+        for i in range(cfg.run.iterations):
+            t_iter = time.perf_counter()
+            predictor = t.refresh_predictor(ref, cfg, i, before)                              # (1)
+            roots = t.allocate_roots(ref, cfg, i, predictor)                                  # (2)
+            raw = t.generate_raw_rollouts(ref, cfg, i, checkpoint, roots)                     # (3)
+            prefixes = t.score_prefixes(ref, cfg, i, predictor, roots, raw)                   # (4)
+            extensions = t.extend_prefixes(ref, cfg, i, checkpoint, raw, prefixes)     # (5)
+            verified = t.verify_rewards(ref, cfg, i, predictor, roots, raw, prefixes, extensions)  # (6)
+            update = t.update_policy(ref, cfg, i, checkpoint, verified)                       # (7)
+            checkpoint = update.checkpoint
 
-        last = i == cfg.run.iterations - 1
-        due = last or (cfg.run.eval_every and (i + 1) % cfg.run.eval_every == 0)
-        accuracy = t.evaluate(cfg, checkpoint) if due else Evaluation()
-        results = IterationResults(predictor=predictor, roots=roots, raw=raw, prefixes=prefixes,
-                                   extensions=extensions, verified=verified, update=update)
-        row = t.record_iteration(ref, cfg, i, results, accuracy)
-        publish_iteration(ref, cfg, i, results, row)
-        tracker.log_iteration(i, results, row)
-        row = {**row, **overhead_split(results, accuracy, time.perf_counter() - t_iter)}
-        tracker.log({k: v for k, v in row.items() if k.startswith("wall_")}, step=i + 1, force=True)
-        history.append(row)
-    report = tracker.finish(history)
-    return {"run_id": ref.run_id, "home": ref.home, "checkpoint": checkpoint, "iterations": history, "report": report}
+            last = i == cfg.run.iterations - 1
+            due = last or (cfg.run.eval_every and (i + 1) % cfg.run.eval_every == 0)
+            accuracy = t.evaluate(cfg, checkpoint) if due else Evaluation()
+            results = IterationResults(predictor=predictor, roots=roots, raw=raw, prefixes=prefixes,
+                                       extensions=extensions, verified=verified, update=update)
+            row = t.record_iteration(ref, cfg, i, results, accuracy)
+            publish_iteration(ref, cfg, i, results, row)
+            tracker.log_iteration(i, results, row)
+            row = {**row, **overhead_split(results, accuracy, time.perf_counter() - t_iter)}
+            tracker.log({k: v for k, v in row.items() if k.startswith("wall_")}, step=i + 1, force=True)
+            history.append(row)
+        report = tracker.finish(history)
+        return {"run_id": ref.run_id, "home": ref.home, "checkpoint": checkpoint, "iterations": history, "report": report}
 
 
 @flow(name="trace-train-scheduled", log_prints=True)

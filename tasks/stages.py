@@ -1,10 +1,12 @@
 """Thin Prefect tasks, one per stage of a TRACE iteration, each calling one function of
 ``trace_core.iteration`` and returning its frozen record.
 
-Caching is keyed on the task's inputs and source only (run id, iteration, config, checkpoint,
-upstream records), never on the flow-run id, so the same command with the same ``--run-id``
-after a crash replays every finished stage from the cache and recomputes only the rest. Results
-are persisted as JSON under ``home/prefect-results`` (never pickled).
+Caching is keyed on the task's inputs and source and the ``trace_core`` source digest (run id,
+iteration, config, checkpoint, upstream records; ``tasks.cache.PackageSource``), never on the
+flow-run id, so the same command with the same ``--run-id`` after a crash replays every finished
+stage from the cache and recomputes only the rest, and an edited stage recomputes. Results are
+persisted as JSON under ``home/prefect-results`` and read back only through
+``tasks.cache.JsonOnlyKeyStorage`` (never unpickled, whatever a planted record declares).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from prefect import Task, task
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 
+from tasks.cache import JsonOnlyKeyStorage, PackageSource
 from trace_core import iteration as it
 
 # Engine faults (CUDA OOM, a vLLM worker restart) are worth one more try; bugs are not.
@@ -54,7 +57,8 @@ def stage_tasks(home: str | Path) -> StageTasks:
     """The stage tasks with results and cache records persisted under ``home`` (resume after a
     crash needs both on disk; the key is inputs + task source, not the flow run)."""
     root = Path(home).resolve() / "prefect-results"
-    policy = (INPUTS + TASK_SOURCE).configure(key_storage=str(root / "keys"))
+    policy = (INPUTS + TASK_SOURCE + PackageSource()).configure(
+        key_storage=JsonOnlyKeyStorage(basepath=str(root / "keys"), values_basepath=str(root / "values")))
     storage = root / "values"  # a Path: a local file system, no server-side block needed
     return StageTasks(**{f.name: getattr(_TASKS, f.name).with_options(
         cache_policy=policy, persist_result=True, result_storage=storage, result_serializer="json")

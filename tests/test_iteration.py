@@ -37,7 +37,7 @@ def one_iteration(tmp_path_factory):
     roots = it.allocate_roots(ref, cfg, 0, pred)
     raw = it.generate_raw_rollouts(ref, cfg, 0, ckpt, roots)
     prefixes = it.score_prefixes(ref, cfg, 0, pred, roots, raw)
-    ext = it.extend_prefixes(ref, cfg, 0, ckpt, roots, raw, prefixes)
+    ext = it.extend_prefixes(ref, cfg, 0, ckpt, raw, prefixes)
     ver = it.verify_rewards(ref, cfg, 0, pred, roots, raw, prefixes, ext)
     upd = it.update_policy(ref, cfg, 0, ckpt, ver)
     results = IterationResults(predictor=pred, roots=roots, raw=raw, prefixes=prefixes, extensions=ext,
@@ -119,7 +119,7 @@ def test_one_price_across_the_stages(one_iteration):
     assert res.roots.root_budget < cfg.allocation.budget_total  # a reserve was held back
     alloc = pl.read_parquet(res.prefixes.path)
     assert {"v_pred", "flip", "r", "k"} <= set(alloc.columns)
-    assert res.raw.trajectories + res.prefixes.ext_used <= cfg.allocation.budget_total
+    assert res.raw.trajectories + res.prefixes.ext_used + res.prefixes.wave_rollouts <= cfg.allocation.budget_total
     if res.extensions.wave_prompts:
         first = pl.read_parquet(res.roots.prompts)
         wave = pl.read_parquet(res.extensions.wave_prompts)

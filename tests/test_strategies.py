@@ -158,6 +158,21 @@ def test_trace_price_gates_continuations_and_leftover_goes_to_a_second_wave():
     priced = trace.allocate_prefixes(vp, r, np.ones(120), np.ones(120), 32, cfg, rng, min_gain=price)
     assert priced.sum() <= free.sum() and priced.sum() < 32
     left = 96 - int(m.sum()) - int(priced.sum())
-    m2 = trace.second_wave(v, m > 0, left, cfg)
-    assert not ((m > 0) & (m2 > 0)).any() and 0 < m2.sum() <= left
-    assert get_strategy("trace-root").second_wave(v, m > 0, left, cfg).sum() == 0
+    m2, extra = trace.spend_leftover(v, m > 0, vp, r, priced, left, cfg)
+    assert not ((m > 0) & (m2 > 0)).any() and 0 < m2.sum() + extra.sum() <= left
+    assert (priced + extra <= cfg.max_per_node).all()
+    m0, e0 = get_strategy("trace-root").spend_leftover(v, m > 0, vp, r, priced, left, cfg)
+    assert m0.sum() == e0.sum() == 0
+
+
+def test_leftover_goes_where_it_is_worth_most():
+    """Sure prompts (v near 0 or 1) lose to a prefix that flips half the time, and vice versa."""
+    trace = get_strategy("trace")
+    cfg = AllocationConfig(strategy="trace", budget_total=64, max_per_prompt=8, max_per_node=4)
+    sure, doubtful = np.array([0.02, 0.98, 0.5]), np.array([0.5])
+    r = np.array([1.0])
+    m2, extra = trace.spend_leftover(sure, np.array([False, False, True]), doubtful, r, np.array([0]), 4, cfg)
+    assert extra.tolist() == [4] and m2.sum() == 0
+    m2, extra = trace.spend_leftover(np.array([0.5, 0.5]), np.array([False, False]), np.array([0.99]), r,
+                                     np.array([0]), 8, cfg)
+    assert m2.sum() == 8 and extra.sum() == 0

@@ -30,13 +30,15 @@ class RunConfig(BaseModel):
     iterations: int = Field(5, ge=1, le=100_000, description="Training iterations (one allocation + update each).")
     seed: int = Field(0, ge=0, description="Run seed: prompt stream, sampling and update all derive from it.")
     engine: Literal["hf", "vllm"] = Field("hf", description="Rollout engine: 'hf' (CPU/GPU), 'vllm' (GPU worker).")
+    # bounds: building a prompt costs ~0.3-0.9 ms and ~2 KB on the CI CPU, so 1M prompts (the
+    # size of the largest public RL prompt sets) is ~2 GB and minutes, built once; 10M never starts
     train_prompts: int = Field(
-        1024, ge=0, le=10_000_000,
+        1024, ge=0, le=1_000_000,
         description="Size of the fixed training prompt set the candidate pools are drawn from (prompts recur "
         "across iterations, as in a real dataset, so the predictor's per-prompt history applies); "
         "0 = a fresh synthetic pool every iteration.")
-    candidate_pool: int = Field(
-        96, ge=1, le=10_000_000,
+    candidate_pool: int = Field(  # <= 100k: scored every iteration (~0.2 GB, about a minute on CPU)
+        96, ge=1, le=100_000,
         description="Candidate prompts scored per iteration; larger than budget/group_size so that "
         "root allocation can choose (scoring is cheap, sampling is not).")
     eval_tasks: int = Field(48, ge=0, le=100_000, description="Held-out prompts per accuracy evaluation (0 = off).")

@@ -19,6 +19,44 @@ class ConfigError(ValueError):
     """A config file or override that does not fit the model; the message names the field."""
 
 
+MAX_CONFIG_BYTES = 1_000_000  # a run config is a few KB; anything larger is not one
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
+
+
+def read_yaml_mapping(path: str | Path) -> dict:
+    """The mapping in YAML file ``path``; ``ConfigError`` (one line, naming the file) for a
+    missing / unreadable / oversized file, non-UTF-8 text, NUL bytes, malformed YAML or a
+    top level that is not a mapping."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        raw = p.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"config file {p} cannot be read: {err.strerror or err}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {p} is {len(raw)} bytes; a config is at most {MAX_CONFIG_BYTES}")
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise ConfigError(f"config file {p} holds a NUL byte (at byte {nul}): not a YAML text file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {p} is not UTF-8 text (byte {err.start})") from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {p} is not valid YAML: {_one_line(err)}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {p} must hold a mapping at the top level")
+    return loaded
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """``a.b=value`` -> (['a', 'b'], value parsed as YAML: numbers, bools, lists, null)."""
     if "=" not in item:
@@ -73,13 +111,7 @@ def load_config(model: type[M], path: str | Path | None = None, overrides: list[
     """Load YAML ``path`` (or the model's defaults), apply overrides, validate."""
     data: dict = {}
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
-        loaded = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {p} must hold a mapping at the top level")
-        data = loaded
+        data = read_yaml_mapping(path)
     elif overrides:
         # start from the defaults, so that --set a.b=x keeps a section's other defaults (a
         # section default set by its parent model, e.g. a simulator budget, is not reset)

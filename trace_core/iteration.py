@@ -198,39 +198,56 @@ def generate_raw_rollouts(ref: RunRef, cfg: TrainConfig, iteration: int, checkpo
     return _generation(nodes, write_parquet_atomic(nodes, ref.staging(iteration, "raw")), t0)
 
 
-def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
-                   raw: Generation) -> PrefixAllocation:
-    """(4) Predict V at every open prefix, then choose K continuations per prefix."""
-    t0 = time.perf_counter()
-    nodes = read_shard(raw.path)
-    cands = prefix_candidates(nodes)
-    pred = _load_predictor(predictor.path)
+def _prefix_values(pred, nodes: pl.DataFrame, cands: pl.DataFrame, cfg: TrainConfig):
+    """(success V per prefix, flip probability, r, V for the allocator). What decides a
+    continuation's value is P(its reward differs from r), predicted directly (conditioned on r,
+    depth and the prefix): V = r (1 - flip) + (1 - r) flip makes V_pref = 1 - (1 - flip)^K."""
     v_all = _clip(pred.predict(nodes), cfg) if nodes.height else np.zeros(0)
     v_by_id = dict(zip(nodes["node_id"].to_list(), v_all.tolist(), strict=True))
     v_node = np.array([v_by_id[n] for n in cands["node_id"]], dtype=float)
     r = (cands["r"].to_numpy() > 0.5).astype(float)
-    # what decides a continuation's value is P(its reward differs from r): predicted directly,
-    # conditioned on r, depth and the prefix; V = r (1 - flip) + (1 - r) flip gives V_pref = 1 - (1 - flip)^K
     flip = _clip(pred.predict_flip(cands, nodes=nodes), cfg) if cands.height else np.zeros(0)
-    v = np.where(r > 0.5, 1.0 - flip, flip)
+    return v_node, flip, r, np.where(r > 0.5, 1.0 - flip, flip)
+
+
+def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
+                   raw: Generation) -> PrefixAllocation:
+    """(4) Predict V at every open prefix and choose K continuations per prefix; with one price,
+    continuations must beat the roots' price, and what they leave is spent where it is worth most
+    (more continuations, or a second root wave that stage 5 generates)."""
+    t0 = time.perf_counter()
+    nodes = read_shard(raw.path)
+    cands = prefix_candidates(nodes)
+    v_node, flip, r, v = _prefix_values(_load_predictor(predictor.path), nodes, cands, cfg)
     ext_budget = max(cfg.allocation.budget_total - raw.trajectories, 0)
     remaining = np.maximum(cfg.env.max_turns - cands["depth"].to_numpy(), 1)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "prefixes"))
-    k = np.asarray(get_strategy(cfg.allocation.strategy).allocate_prefixes(
-        v, r, cands["depth"].to_numpy(), remaining, ext_budget, cfg.allocation, rng, min_gain=roots.threshold),
-        dtype=np.int64)
+    strategy = get_strategy(cfg.allocation.strategy)
+    k = np.asarray(strategy.allocate_prefixes(v, r, cands["depth"].to_numpy(), remaining, ext_budget, cfg.allocation,
+                                              rng, min_gain=roots.threshold), dtype=np.int64)
+    prompts = read_shard(roots.prompts)
+    m2, extra = strategy.spend_leftover(prompts["v_pred"].to_numpy(), prompts["m_alloc"].to_numpy() > 0, v, r, k,
+                                        ext_budget - int(k.sum()), cfg.allocation)
+    k = k + np.asarray(extra, dtype=np.int64)
     alloc = pl.DataFrame({"node_id": cands["node_id"], "v_pred": v_node, "flip": flip, "r": r, "k": k,
                           "utility": prefix_utility(v, r, k) if len(k) else np.zeros(0)},
                          schema_overrides={"k": pl.Int64})
+    wave = None
+    if int(np.sum(m2)) > 0:
+        m2 = np.asarray(m2, dtype=np.int64)
+        wave = str(write_parquet_atomic(prompts.with_columns(
+            pl.Series("m_alloc", m2), pl.Series("utility", root_utility(prompts["v_pred"].to_numpy(), m2))),
+            ref.staging(iteration, "prompts_wave2")))
     path = write_parquet_atomic(alloc, ref.staging(iteration, "prefix_alloc"))
     return PrefixAllocation(path=str(path), prefixes=cands.height, ext_budget=ext_budget, ext_used=int(k.sum()),
-                            branched=int((k > 0).sum()), seconds=time.perf_counter() - t0)
+                            branched=int((k > 0).sum()), wave_prompts=wave, wave_rollouts=int(np.sum(m2)),
+                            seconds=time.perf_counter() - t0)
 
 
-def extend_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, roots: RootAllocation,
-                    raw: Generation, prefixes: PrefixAllocation) -> Extensions:
-    """(5) K continuations from each chosen prefix (environment replayed, prefix KV shared); then
-    what the budget still holds goes to a second root wave (one-price strategies only)."""
+def extend_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, raw: Generation,
+                    prefixes: PrefixAllocation) -> Extensions:
+    """(5) K continuations from each chosen prefix (environment replayed, prefix KV shared), and
+    the second root wave stage 4 bought with what the continuations left (one price only)."""
     t0 = time.perf_counter()
     alloc = read_shard(prefixes.path).filter(pl.col("k") > 0)
     counts = dict(zip(alloc["node_id"].to_list(), alloc["k"].to_list(), strict=True))
@@ -241,21 +258,13 @@ def extend_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: s
                              read_shard(raw.path), counts, sampling=_sampling(cfg, iteration, "extend"),
                              cfg=rollout_config(cfg), seed=iteration_seed(cfg, iteration, "extend"))
     cont = _generation(new, write_parquet_atomic(new, ref.staging(iteration, "extensions")), t0)
-    prompts = read_shard(roots.prompts)
-    left = cfg.allocation.budget_total - raw.trajectories - cont.trajectories
-    m2 = get_strategy(cfg.allocation.strategy).second_wave(
-        prompts["v_pred"].to_numpy(), prompts["m_alloc"].to_numpy() > 0, left, cfg.allocation)
-    if int(np.sum(m2)) == 0:
+    if not prefixes.wave_prompts:
         return Extensions(**{**cont.model_dump(), "seconds": time.perf_counter() - t0})
-    wave = prompts.with_columns(pl.Series("m_alloc", np.asarray(m2, dtype=np.int64)),
-                                pl.Series("utility", root_utility(prompts["v_pred"].to_numpy(), m2)))
-    wave_nodes = _raw_rollouts(cfg, ref, iteration, checkpoint, wave, "raw-wave2")
-    secs = time.perf_counter() - t0
-    return Extensions(**{**cont.model_dump(), "seconds": secs},
-                      wave_path=str(write_parquet_atomic(wave_nodes, ref.staging(iteration, "raw_wave2"))),
-                      wave_prompts=str(write_parquet_atomic(wave, ref.staging(iteration, "prompts_wave2"))),
-                      wave_trajectories=int(wave_nodes["is_leaf"].sum() or 0),
-                      wave_tokens=int(wave_nodes["new_tokens"].sum() or 0))
+    wave = _raw_rollouts(cfg, ref, iteration, checkpoint, read_shard(prefixes.wave_prompts), "raw-wave2")
+    return Extensions(**{**cont.model_dump(), "seconds": time.perf_counter() - t0},
+                      wave_path=str(write_parquet_atomic(wave, ref.staging(iteration, "raw_wave2"))),
+                      wave_prompts=prefixes.wave_prompts, wave_trajectories=int(wave["is_leaf"].sum() or 0),
+                      wave_tokens=int(wave["new_tokens"].sum() or 0))
 
 
 def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
@@ -286,7 +295,7 @@ def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
 
 def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, verified: Verified) -> PolicyUpdate:
     """(7) One clipped-surrogate update on the iteration's trees; save the next checkpoint."""
-    from trace_core.policy.checkpoint import STATE_FILE, load_checkpoint, save_checkpoint
+    from trace_core.policy.checkpoint import has_trainer_state, load_checkpoint, save_checkpoint
     from trace_core.policy.update import build_sequences, make_optimizer
     from trace_core.policy.update import update_policy as clipped_update
 
@@ -298,7 +307,7 @@ def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str
     skip = get_strategy(cfg.allocation.strategy).drop_zero_variance or cfg.update.skip_zero_advantage
     seqs = build_sequences(nodes, pol.chat, messages, skip_zero_advantage=skip)
     optimizer, scheduler = make_optimizer(pol.model, cfg.update)
-    if (Path(checkpoint) / STATE_FILE).is_file():  # continue the optimizer of the last update
+    if has_trainer_state(checkpoint):  # continue the optimizer of the last update
         load_checkpoint(checkpoint, pol.model, optimizer=optimizer, scheduler=scheduler, restore_rng=False)
     torch.manual_seed(iteration_seed(cfg, iteration, "update") % (2**31))
     pol.engine.sleep()  # a colocated vLLM engine frees the GPU for the trainer; a no-op for hf

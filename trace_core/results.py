@@ -53,10 +53,12 @@ class PrefixAllocation(StageResult):
     ext_budget: int
     ext_used: int
     branched: int
+    wave_prompts: str | None = None  # second root wave (one price): m per candidate, generated in stage 5
+    wave_rollouts: int = 0
 
 
 class Extensions(Generation):
-    """Stage 5: the continuations, and the second root wave bought with what they left
+    """Stage 5: the continuations, and the second root wave stage 4 bought with what they left
     (``wave_*``; empty unless the strategy spends by one price)."""
 
     wave_path: str | None = None

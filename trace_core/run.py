@@ -6,6 +6,7 @@ Every layer that needs a run's files (the stages, tracking, compare, the report)
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -15,6 +16,22 @@ import numpy as np
 
 from trace_core.config import TrainConfig
 
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # = the shard partition rule (shards._SAFE)
+MAX_RUN_ID = 128  # a path component, a shard partition value and an MLflow run name
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` if it is a safe single path component; ``ValueError`` (one line) otherwise.
+
+    Letters, digits, ``.``, ``_``, ``-``, starting with a letter or digit (so never ``.``,
+    ``..``, a hidden directory or a flag), at most 128 characters: an id never leaves
+    ``home/runs/``, and is refused here rather than late, at the first shard write.
+    """
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id) or len(run_id) > MAX_RUN_ID:
+        raise ValueError(f"invalid run id {run_id!r}: use letters, digits, '.', '_' and '-', starting with "
+                         f"a letter or digit, at most {MAX_RUN_ID} characters")
+    return run_id
+
 
 @dataclass(frozen=True)
 class RunRef:
@@ -23,6 +40,9 @@ class RunRef:
 
     home: str
     run_id: str
+
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)
 
     @property
     def run_dir(self) -> Path:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
+import uuid
 from pathlib import Path
 
 import polars as pl
@@ -93,6 +93,20 @@ COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 1
 
 
+GLOB_CHARS = frozenset("*?[]{}")  # DuckDB expands these in read_parquet paths; no escape exists
+
+
+def check_home_path(home_dir: str | Path) -> Path:
+    """``home_dir`` resolved, if it can sit inside the views' ``read_parquet`` globs as a literal;
+    ``ValueError`` when it holds glob characters (the views would read other homes' shards)."""
+    home = Path(home_dir).resolve()
+    bad = sorted(set(str(home)) & GLOB_CHARS)
+    if bad:
+        raise ValueError(f"home {str(home)!r} holds glob characters {''.join(bad)!r}: the store's views would "
+                         "read other directories' shards; choose a home path without them")
+    return home
+
+
 def _check_name(kind: str, value: str) -> str:
     if not _SAFE.match(value):
         raise ValueError(f"{kind} {value!r} must match {_SAFE.pattern} (it becomes a path component)")
@@ -140,10 +154,12 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> Path:
     """Write ``frame`` to ``path`` so that readers see the old file, or the whole new one.
 
     Temporary file in the same directory (``os.replace`` is atomic only within a filesystem),
-    named ``*.tmp`` so the views' ``*.parquet`` glob never matches a half-written shard.
+    named ``*.tmp`` so the views' ``*.parquet`` glob never matches a half-written shard, created
+    with mode 0666 less the umask (0644 usually: other users can query; ``mkstemp`` gives 0600).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    tmp = path.parent / f".{path.stem}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
             frame.write_parquet(fh, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL, statistics=True)

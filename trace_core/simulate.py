@@ -147,6 +147,10 @@ def run_iteration(cfg: SimulateConfig, alloc: AllocationConfig, strategy: str, p
     price = strat.root_threshold(v_root, m, alloc)  # trace (one price): continuations must beat the roots
     k = np.asarray(strat.allocate_prefixes(v_pred, reward[traj], depth, T - depth, budget_ext, alloc, rng,
                                            min_gain=price), dtype=np.int64)
+    # what the priced prefix stage left: more continuations or a second root wave, by value
+    m2, extra = strat.spend_leftover(v_root, m > 0, v_pred, reward[traj], k, budget_ext - int(k.sum()), alloc)
+    k = k + np.asarray(extra, dtype=np.int64)
+    m2 = np.asarray(m2, dtype=np.int64)
     node = np.repeat(np.arange(traj.shape[0]), k)
     n_ext = node.shape[0]
     cont = walk(v_true[node], T - depth[node], cfg.step, rng)
@@ -158,8 +162,6 @@ def run_iteration(cfg: SimulateConfig, alloc: AllocationConfig, strategy: str, p
     t_id = np.concatenate([np.arange(R), traj[branched], R + np.arange(n_ext)])
     rew = np.concatenate([reward, reward[traj[branched]], cont_reward])
     tokens = np.concatenate([np.full(R, T * tok), np.full(branched.size, T * tok), (T - depth[node]) * tok])
-    # what the prefix stage left goes to a second root wave over the prompts not yet sampled
-    m2 = np.asarray(strat.second_wave(v_root, m > 0, alloc.budget_total - R - int(k.sum()), alloc), dtype=np.int64)
     prompt2 = np.repeat(np.arange(p0.shape[0]), m2)
     if prompt2.size:
         reward2 = (rng.random(prompt2.size) < walk(p0[prompt2], np.full(prompt2.size, T), cfg.step, rng)[:, T])

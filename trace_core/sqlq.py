@@ -14,6 +14,7 @@ from typing import Literal
 import polars as pl
 
 from trace_core import store
+from trace_core.shards import check_home_path
 
 OutputFormat = Literal["table", "csv", "parquet"]
 FORMATS: tuple[str, ...] = ("table", "csv", "parquet")
@@ -75,12 +76,20 @@ def sql_command(
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+    load_query(name)  # an unknown name fails before the home is looked at
+    home = check_home_path(home_dir)  # glob characters would read other homes' shards
+    if home.exists() and not home.is_dir():
+        raise NotADirectoryError(f"home {home} is a file, not a run home directory")
+    if not store.has_store(home):  # a mistyped --home: say so, create nothing
+        raise FileNotFoundError(f"no node store under {home} (no shards/ or {store.CATALOG_FILE}); check --home")
+    path = Path(output) if output is not None else (Path(f"{name}.parquet") if fmt == "parquet" else None)
+    if path is not None and path.is_dir():
+        raise IsADirectoryError(f"--out {path} is a directory; give a file path")
     frame = run_named_query(home_dir, name, run_id=run_id)
     if fmt == "parquet":
-        path = Path(output) if output is not None else Path(f"{name}.parquet")
         frame.write_parquet(path)
         return f"wrote {frame.height} rows to {path}"
     text = render(frame, fmt)
-    if output is not None:
-        Path(output).write_text(text)
+    if path is not None:
+        path.write_text(text)
     return text

@@ -24,7 +24,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from trace_core.shards import ensure_schema_shards
+from trace_core.shards import check_home_path, ensure_schema_shards
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def schema_sql(home_dir: str | Path | None = None) -> str:
     text = (sql_dir() / "schema.sql").read_text()
     if home_dir is None:
         return text
-    home = str(Path(home_dir).resolve()).replace("'", "''")
+    home = str(check_home_path(home_dir)).replace("'", "''")
     return text.replace("read_parquet('shards/", f"read_parquet('{home}/shards/")
 
 
@@ -69,7 +69,7 @@ def _apply_schema(con: duckdb.DuckDBPyConnection, home: Path) -> None:
 
 def connect(home_dir: str | Path) -> duckdb.DuckDBPyConnection:
     """A private in-memory DuckDB with the store's views over ``home_dir``'s shards."""
-    home = Path(home_dir)
+    home = check_home_path(home_dir)  # the search path is globbed too
     ensure_schema_shards(home)
     con = duckdb.connect(":memory:", config=_config(home))
     _apply_schema(con, home)
@@ -97,7 +97,7 @@ def ensure_catalog(home_dir: str | Path) -> bool:
     case while training writes shards): it warns and leaves the existing catalogue alone. The
     views are globs, so new shards show up in an existing catalogue without a refresh.
     """
-    home = Path(home_dir)
+    home = check_home_path(home_dir)
     home.mkdir(parents=True, exist_ok=True)
     ensure_schema_shards(home)
     path = catalog_path(home)
@@ -131,6 +131,12 @@ def open_catalog(home_dir: str | Path, read_only: bool = True) -> duckdb.DuckDBP
 def statement_params(sql: str) -> list[str]:
     """Names of the ``$name`` parameters a statement uses, in first-use order."""
     return list(dict.fromkeys(_PARAM.findall(sql)))
+
+
+def has_store(home_dir: str | Path) -> bool:
+    """True if ``home_dir`` holds a node store (its ``shards/`` or its catalogue)."""
+    home = Path(home_dir)
+    return (home / "shards").is_dir() or catalog_path(home).is_file()
 
 
 def query(home_dir: str | Path, sql: str, params: dict | None = None) -> pl.DataFrame:

@@ -8,7 +8,8 @@ multiplier across both stages, the paper's view of both as budget decisions on t
 the roots get ``B - reserve`` (the reserve: what the previous iteration bought in continuations,
 with slack; ``ext_reserve * B`` at iteration 0), the prefix stage buys a continuation only where
 its marginal value per trajectory beats the roots' last purchase (``marginal_threshold``), and
-what it leaves goes to a second root wave over the candidates not yet sampled. A set
+what it leaves is spent where it is worth most — more continuations or a second root wave over
+the candidates not yet sampled (one exact knapsack over both). A set
 ``root_share`` overrides this with a fixed split. The candidate order is the prompt stream: uniform strategies take
 the first ``root_budget // group_size`` candidates, so every strategy sees the same stream.
 
@@ -38,7 +39,8 @@ Signatures (``Strategy``)::
     root_threshold(v_pred (C,), m (C,), cfg) -> float   # the roots' price (0: no shared price)
     allocate_prefixes(v_prefix (P,), r (P,), depth (P,), remaining_turns (P,), budget, cfg, rng,
                       min_gain=0.0) -> (P,) int          # K per open prefix, sum <= budget
-    second_wave(v_pred (C,), taken (C,) bool, budget, cfg) -> (C,) int   # leftover to new roots
+    spend_leftover(v_pred (C,), taken (C,) bool, v_prefix, r, k (P,), budget, cfg)
+        -> ((C,) int, (P,) int)                          # leftover: second-wave m, extra K
 """
 
 from __future__ import annotations
@@ -50,10 +52,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trace_core.allocation.inputs import Objective
-from trace_core.allocation.knapsack import marginal_threshold
+from trace_core.allocation.knapsack import marginal_threshold, solve_table
 from trace_core.allocation.prefixes import allocate_prefixes
 from trace_core.allocation.roots import allocate_roots
 from trace_core.registry import Registry
+from trace_core.utility import prefix_objective_table, root_objective_table
 
 _REGISTRY: Registry[type[Strategy]] = Registry("strategy")
 
@@ -84,8 +87,8 @@ class AllocationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     strategy: str = Field("trace", description="Registered strategy name (trace_core.allocation.strategies).")
-    budget_total: int = Field(
-        64, ge=1, le=1_000_000_000, description="Trajectories generated per iteration (raw + continuations)."
+    budget_total: int = Field(  # <= 100k: 12x a large GRPO step (512 prompts x 16); 1e9 never finishes
+        64, ge=1, le=100_000, description="Trajectories generated per iteration (raw + continuations)."
     )
     root_share: float | None = Field(
         None, gt=0.0, le=1.0,
@@ -202,6 +205,16 @@ def trace_prefixes(v, r, remaining_turns, budget: int, cfg: AllocationConfig, mi
                              objective=cfg.prefix_objective, min_gain=min_gain / episode)
 
 
+def _increments(table: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Row i: the value of ``j`` more units on top of ``k[i]`` (``-inf`` past the table's end)."""
+    n, width = table.shape
+    out = np.full((n, width), -np.inf)
+    for j in range(width):
+        ok = k + j < width
+        out[ok, j] = table[ok, k[ok] + j] - table[ok, k[ok]]
+    return out
+
+
 # ----------------------------------------------------------------------------- strategies
 DEFAULT_ROOT_SHARE = 0.5  # the fixed split of the ablations when root_share is not set
 
@@ -241,9 +254,9 @@ class Strategy:
                           rng: np.random.Generator, min_gain: float = 0.0) -> np.ndarray:
         return np.zeros(len(v_prefix), dtype=np.int64)
 
-    def second_wave(self, v_pred, taken, budget: int, cfg: AllocationConfig) -> np.ndarray:
-        """Rollouts for the candidates not yet sampled from what the prefix stage left (one price only)."""
-        return np.zeros(len(v_pred), dtype=np.int64)
+    def spend_leftover(self, v_root, taken, v_prefix, r, k, budget: int, cfg: AllocationConfig):
+        """What the prefix stage left (one price only): (second-wave m per candidate, extra K per prefix)."""
+        return np.zeros(len(v_root), dtype=np.int64), np.zeros(len(v_prefix), dtype=np.int64)
 
 
 class _RandomBranching(Strategy):
@@ -301,19 +314,30 @@ class Trace(_TracePrefix):
     def root_threshold(self, v_pred, m, cfg):
         if not self.one_price(cfg):
             return 0.0
-        from trace_core.utility import root_objective_table
-
         table = root_objective_table(v_pred, cfg.max_per_prompt, cfg.root_objective)
         return marginal_threshold(table, m, min_active=cfg.min_active)
 
-    def second_wave(self, v_pred, taken, budget, cfg):
-        m = np.zeros(len(v_pred), dtype=np.int64)
-        free = ~np.asarray(taken, dtype=bool)
-        if not self.one_price(cfg) or budget < cfg.min_active or not free.any():
-            return m
-        m[free] = allocate_roots(np.asarray(v_pred)[free], budget, max_per_prompt=cfg.max_per_prompt,
-                                 min_active=cfg.min_active, objective=cfg.root_objective)
-        return m
+    def spend_leftover(self, v_root, taken, v_prefix, r, k, budget, cfg):
+        """What the priced prefix stage left, spent where it is worth most: more continuations at
+        the open prefixes or a second root wave over the candidates not yet sampled (one exact
+        knapsack over both value tables). Returns (m2 per candidate, extra K per prefix)."""
+        m2, extra = np.zeros(len(v_root), dtype=np.int64), np.zeros(len(v_prefix), dtype=np.int64)
+        if not self.one_price(cfg) or budget < 1:
+            return m2, extra
+        free = np.flatnonzero(~np.asarray(taken, dtype=bool))
+        roots = root_objective_table(np.asarray(v_root)[free], cfg.max_per_prompt, cfg.root_objective)
+        roots[:, 1:cfg.min_active] = -np.inf
+        tables = [roots]
+        if not cfg.token_budget and len(v_prefix):  # with token costs, only whole episodes compete here
+            tables.append(_increments(prefix_objective_table(v_prefix, r, cfg.max_per_node, cfg.prefix_objective),
+                                      np.asarray(k, dtype=np.int64)))
+        width = max(t.shape[1] for t in tables)
+        F = np.vstack([np.pad(t, ((0, 0), (0, width - t.shape[1])), constant_values=-np.inf) for t in tables])
+        x = solve_table(F.T, int(budget)) if F.shape[0] else np.zeros(0, dtype=np.int64)
+        m2[free] = x[:free.size]
+        if len(tables) > 1:
+            extra[:] = x[free.size:]
+        return m2, extra
 
 
 @register_strategy("trace-root")

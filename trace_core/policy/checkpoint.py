@@ -1,31 +1,131 @@
-"""Training checkpoints that resume exactly.
+"""Training checkpoints that resume exactly, stored as data (never pickles).
 
 A checkpoint directory holds::
 
     model.safetensors (+ config.json)   save_pretrained of the policy (what engines reload)
     tokenizer files                     when a tokenizer is given (so the dir loads standalone)
-    trainer_state.pt                    optimizer, scheduler, RNG states (python, numpy, torch,
+    trainer_state.safetensors           optimizer, scheduler, RNG states (python, numpy, torch,
                                         cuda), the caller's np.random.Generator, the data cursor
 
-``save_checkpoint`` writes to a temporary sibling and renames it, so a checkpoint is either
-wholly there or absent. After ``load_checkpoint`` the same update sequence gives bit-identical
-weights on CPU (tested).
+The trainer state is one safetensors file: its tensors (optimizer moments, RNG byte states) as
+tensors, everything else as JSON in the header metadata, with tuples, non-string dict keys and
+tensors tagged so that the round trip is exact. Loading parses JSON and reads tensors; nothing
+in the file is executed. An old pickled ``trainer_state.pt`` is refused, never unpickled.
+
+``save_checkpoint`` writes to a uniquely named temporary sibling, then swaps it into place
+(``renameat2(RENAME_EXCHANGE)`` on Linux; elsewhere old -> trash, new -> path) and only then
+removes the old copy, so a checkpoint path holds the old checkpoint or the whole new one. Files
+and directories get the process's default modes (0644 / 0755 under umask 022). After
+``load_checkpoint`` the same update sequence gives bit-identical weights on CPU (tested).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
+import os
 import random
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
-STATE_FILE = "trainer_state.pt"
+STATE_FILE = "trainer_state.safetensors"
+LEGACY_STATE_FILE = "trainer_state.pt"  # pickled by older versions: refused
+FORMAT = "trace-rl-trainer-state/1"
 
 
+# ----------------------------------------------------------------------------- state <-> data
+def _encode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """JSON-able form of ``obj``; tensors move to ``tensors`` and leave a reference behind."""
+    if isinstance(obj, torch.Tensor):
+        key = f"t{len(tensors)}"
+        tensors[key] = obj.detach().cpu().contiguous()
+        return {"__tensor__": key}
+    if isinstance(obj, np.ndarray):
+        return {"__ndarray__": obj.tolist(), "dtype": str(obj.dtype)}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode(v, tensors) for v in obj]}
+    if isinstance(obj, list):
+        return [_encode(v, tensors) for v in obj]
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) and not k.startswith("__") for k in obj):
+            return {k: _encode(v, tensors) for k, v in obj.items()}
+        return {"__items__": [[_encode(k, tensors), _encode(v, tensors)] for k, v in obj.items()]}
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    raise TypeError(f"trainer state holds a {type(obj).__name__}, which is not data (tensor, array, JSON)")
+
+
+def _decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(obj, list):
+        return [_decode(v, tensors) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if "__tensor__" in obj:
+        return tensors[obj["__tensor__"]]
+    if "__ndarray__" in obj:
+        return np.asarray(obj["__ndarray__"], dtype=np.dtype(obj["dtype"]))
+    if "__tuple__" in obj:
+        return tuple(_decode(v, tensors) for v in obj["__tuple__"])
+    if "__items__" in obj:
+        return {_hashable(_decode(k, tensors)): _decode(v, tensors) for k, v in obj["__items__"]}
+    return {k: _decode(v, tensors) for k, v in obj.items()}
+
+
+def _hashable(key: Any) -> Any:
+    if isinstance(key, list | dict):
+        raise ValueError(f"trainer state: a dict key must be a scalar or tuple, got {key!r}")
+    return key
+
+
+def save_trainer_state(state: dict[str, Any], path: str | Path) -> Path:
+    """Write ``state`` (nested dicts / lists / tuples of tensors, arrays and JSON scalars)."""
+    tensors: dict[str, torch.Tensor] = {}
+    meta = {"format": FORMAT, "state": json.dumps(_encode(state, tensors))}
+    save_file(tensors, str(path), metadata=meta)
+    return Path(path)
+
+
+def load_trainer_state(path: str | Path) -> dict[str, Any]:
+    """The state saved by ``save_trainer_state``; ``ValueError`` (one line) for anything else."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        head = f.read(9)
+    if head[:2] == b"PK" or head[:1] == b"\x80":  # torch.save zip archive / raw pickle stream
+        raise ValueError(f"{path}: a pickled trainer state; refusing to unpickle it (unsafe)")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not a dict)
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT!r}")
+        return _decode(json.loads(meta["state"]), tensors)
+    except Exception as err:  # safetensors raises its own error types for a bad header
+        raise ValueError(f"{path}: not a trainer state written by save_trainer_state ({err})") from None
+
+
+def has_trainer_state(path: str | Path) -> bool:
+    """True if the checkpoint directory holds a trainer state; ``ValueError`` when it holds only
+    a legacy pickled one (refused, so that the run does not silently restart its optimizer)."""
+    path = Path(path)
+    if (path / STATE_FILE).is_file():
+        return True
+    if (path / LEGACY_STATE_FILE).is_file():
+        raise ValueError(f"{path / LEGACY_STATE_FILE}: a pickled trainer state; refusing to unpickle it "
+                         f"(unsafe) - delete it to start a fresh optimizer")
+    return False
+
+
+# ----------------------------------------------------------------------------- RNG states
 def _rng_state(rng: np.random.Generator | None) -> dict[str, Any]:
     return {
         "python": random.getstate(),
@@ -46,6 +146,57 @@ def _set_rng_state(state: dict[str, Any], rng: np.random.Generator | None) -> No
         rng.bit_generator.state = state["generator"]
 
 
+# ----------------------------------------------------------------------------- atomic directories
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where Linux allows (os.umask sets it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _default_modes(root: Path) -> None:
+    """0666 / 0777 less the umask on everything under ``root`` (safetensors writes 0600)."""
+    mask = _umask()
+    for p in root.rglob("*"):
+        p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux ``renameat2``); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    rc = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE)
+    return rc == 0
+
+
+def replace_dir(tmp: Path, path: Path) -> None:
+    """Put directory ``tmp`` at ``path``; an existing ``path`` is removed only after the swap."""
+    if not path.exists():
+        tmp.rename(path)
+        return
+    if _exchange(tmp, path):  # tmp now holds the old checkpoint
+        shutil.rmtree(tmp)
+        return
+    trash = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+    path.rename(trash)
+    tmp.rename(path)
+    shutil.rmtree(trash)
+
+
 def save_checkpoint(path: str | Path, model: Any, *, optimizer: torch.optim.Optimizer | None = None,
                     scheduler: Any = None, cursor: dict[str, Any] | None = None,
                     rng: np.random.Generator | None = None, tokenizer: Any = None) -> Path:
@@ -54,22 +205,24 @@ def save_checkpoint(path: str | Path, model: Any, *, optimizer: torch.optim.Opti
     ``cursor``: JSON-able position in the data / run (e.g. ``{"iteration": 3, "offset": 192}``).
     """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(str(tmp))
-    if tokenizer is not None:
-        tokenizer.save_pretrained(str(tmp))
-    torch.save({
-        "optimizer": optimizer.state_dict() if optimizer is not None else None,
-        "scheduler": scheduler.state_dict() if scheduler is not None else None,
-        "rng": _rng_state(rng),
-        "cursor": json.loads(json.dumps(cursor or {})),  # fail early on non-JSON cursors
-    }, tmp / STATE_FILE)
-    if path.exists():
-        shutil.rmtree(path)
-    tmp.rename(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir(0o777)  # the umask applies (mkdtemp would make it 0700)
+    try:
+        model.save_pretrained(str(tmp))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp))
+        save_trainer_state({
+            "optimizer": optimizer.state_dict() if optimizer is not None else None,
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "rng": _rng_state(rng),
+            "cursor": json.loads(json.dumps(cursor or {})),  # fail early on non-JSON cursors
+        }, tmp / STATE_FILE)
+        _default_modes(tmp)
+        replace_dir(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
     return path
 
 
@@ -96,13 +249,15 @@ def load_checkpoint(path: str | Path, model: Any, *, optimizer: torch.optim.Opti
                     restore_rng: bool = True) -> dict[str, Any]:
     """Restore weights (in place), optimizer, scheduler and RNG states; returns the cursor."""
     path = Path(path)
+    if not has_trainer_state(path):
+        raise FileNotFoundError(f"no {STATE_FILE} in {path}")
+    trainer = load_trainer_state(path / STATE_FILE)
     state = load_model_state(path)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if [k for k in missing if "lm_head" not in k] or unexpected:  # lm_head may be tied (saved once)
         raise ValueError(f"{path} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
     if getattr(model.config, "tie_word_embeddings", False):
         model.tie_weights()
-    trainer = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
     if optimizer is not None and trainer["optimizer"] is not None:
         optimizer.load_state_dict(trainer["optimizer"])
     if scheduler is not None and trainer["scheduler"] is not None:

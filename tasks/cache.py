@@ -1,0 +1,124 @@
+"""What the stage tasks' cache trusts: result files that are data, keys that track the code.
+
+``JsonOnlyKeyStorage`` holds the stage tasks' cache records. Prefect reads the
+serializer of a cached result from the record's metadata file, so a planted record that says
+``pickle`` (or a JSON serializer whose ``object_decoder`` names ``subprocess.run``) would run on
+a cached replay whatever serializer the task was configured with. This storage refuses, with a
+one-line ``ValueError`` naming the file, any record whose serializer is not exactly Prefect's
+plain JSON serializer, and any value that is not JSON or names a class outside
+``trace_core.results`` (the JSON decoder imports the ``__class__`` it is given).
+
+``PackageSource`` adds a digest of the ``trace_core`` package's source to the cache key, so an
+edited stage (or anything a stage calls) recomputes on resume instead of replaying a stale
+result. Any edit to ``trace_core`` invalidates every cached stage: conservative on purpose.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from prefect.cache_policies import CachePolicy
+from prefect.filesystems import LocalFileSystem
+from prefect.logging import get_logger
+from prefect.serializers import JSONSerializer
+
+import trace_core
+
+ALLOWED_CLASS_PREFIX = "trace_core.results."
+log = get_logger("trace_rl.cache")
+
+
+@functools.cache
+def _expected_serializer() -> dict[str, Any]:
+    return json.loads(JSONSerializer().model_dump_json())
+
+
+def _walk(obj: Any):
+    yield obj
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _walk(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _walk(v)
+
+
+def check_record(path: str, content: bytes) -> dict:
+    """``content`` parsed, if it is a JSON result / metadata record we wrote; ``ValueError`` otherwise."""
+    try:
+        data = json.loads(content)
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError(f"{path}: cached result is not JSON; refusing to load it (never unpickled)") from None
+    for node in _walk(data):
+        if not isinstance(node, dict):
+            continue
+        if "serializer" in node and node["serializer"] != _expected_serializer():
+            kind = node["serializer"].get("type") if isinstance(node["serializer"], dict) else node["serializer"]
+            raise ValueError(f"{path}: cached result declares serializer {kind!r} (or non-default options); "
+                             "refusing to load it (only plain JSON is trusted)")
+        cls = node.get("__class__")
+        if cls is not None and not (isinstance(cls, str) and cls.startswith(ALLOWED_CLASS_PREFIX)):
+            raise ValueError(f"{path}: cached result names class {cls!r}; only {ALLOWED_CLASS_PREFIX}* is loaded")
+        if "__exc_type__" in node:
+            raise ValueError(f"{path}: cached result holds an exception; refusing to load it")
+    return data if isinstance(data, dict) else {}
+
+
+class JsonOnlyKeyStorage(LocalFileSystem):
+    """The cache's metadata (key) directory. A record is handed to Prefect only after it and the
+    value file it points at pass ``check_record``, and only if that value lies under
+    ``values_basepath`` (Prefect then decodes the value with the serializer checked here).
+
+    (The value directory itself must be a plain ``Path`` for Prefect: an unsaved block is refused
+    as ``result_storage``, hence the check of values from here.)
+    """
+
+    _block_type_name = "Trace RL JSON-only cache keys"
+    values_basepath: str
+
+    def _checked(self, path: str, content: bytes) -> bytes:
+        try:
+            meta = check_record(path, content)
+            values = Path(self.values_basepath).resolve()
+            key = meta.get("storage_key")
+            value = Path(key).resolve() if isinstance(key, str) else None
+            if value is None or values not in value.parents:
+                raise ValueError(f"{path}: cached result points outside {values} ({key!r}); refusing to load it")
+            if value.is_file():
+                check_record(str(value), value.read_bytes())
+        except ValueError as err:  # Prefect treats a failed read as a cache miss: say why
+            log.warning("%s (the stage is recomputed)", err)
+            raise
+        return content
+
+    async def aread_path(self, path: str) -> bytes:
+        return self._checked(path, await super().aread_path(path))
+
+    def read_path(self, path: str, _sync: bool | None = None) -> bytes:  # Prefect passes _sync
+        return self._checked(path, LocalFileSystem.read_path(self, path, _sync=True))
+
+
+def source_digest(root: Path) -> str:
+    """sha256 over the ``*.py`` files under ``root`` (relative path + bytes): moves of the
+    checkout do not change it, an edit anywhere does."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+@functools.cache
+def package_digest() -> str:
+    """``source_digest`` of the ``trace_core`` package, computed once a process (~100 files)."""
+    return source_digest(Path(trace_core.__file__).resolve().parent)
+
+
+class PackageSource(CachePolicy):
+    """Cache key component: the ``trace_core`` source digest (what a stage really runs)."""
+
+    def compute_key(self, task_ctx: Any, inputs: Any, flow_parameters: Any, **kwargs: Any) -> str:
+        return package_digest()  # looked up at call time (tests swap it)
