@@ -8,7 +8,7 @@ twice — with the predictor's ``v_pred`` (what the run saw) and with ``v_true``
 predictor) — and scored by the *expected* effective ratio under ``v_true``
 (``metrics.expected_effective_ratio``; a group of m is all-effective with probability
 V_root(v_true, m)). ``lost to prediction`` = oracle - predicted; the best any root rule can do
-is the oracle ``trace`` allocation with ``root_objective='trajectories'``.
+is the oracle ``trace/trajectories`` allocation (the root objective the run uses by default).
 
 Only the root stage is replayed: continuations need the trees, which the run's store has.
 """
@@ -23,7 +23,7 @@ from trace_core.metrics import expected_effective_ratio
 from trace_core.run import RunRef, initial_checkpoint, iteration_seed
 from trace_core.shards import read_shard, shard_path
 
-ROOT_RULES = ("grpo", "pcl", "trace")
+ROOT_RULES = ("grpo", "pcl", "trace/groups", "trace/trajectories")
 
 
 def sampled_success(cfg: TrainConfig, checkpoint: str, tasks, samples: int, seed: int) -> np.ndarray:
@@ -45,10 +45,10 @@ def replay_roots(v_true: np.ndarray, v_pred: np.ndarray, cfg: TrainConfig, seed:
 
     rows = []
     alloc = cfg.allocation.model_copy(update={"root_share": 1.0})
-    variants = [(name, alloc) for name in ROOT_RULES]
-    variants.append(("trace/trajectories", alloc.model_copy(update={"root_objective": "trajectories"})))
-    for name, acfg in variants:
-        strat = get_strategy(name.split("/")[0])
+    for name in ROOT_RULES:
+        strategy, _, objective = name.partition("/")
+        acfg = alloc.model_copy(update={"root_objective": objective}) if objective else alloc
+        strat = get_strategy(strategy)
         out = {"rule": name}
         for label, v in (("predicted", v_pred), ("oracle", v_true)):
             vv = np.clip(v, cfg.allocation.min_prob, 1 - cfg.allocation.min_prob)
