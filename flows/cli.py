@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -212,6 +213,7 @@ def sql(
     run_id: str = typer.Option(None, "--run-id", help="Only this run."),
     fmt: str = typer.Option("table", "--format", help="table | csv | parquet"),
     out: Path = typer.Option(None, "--out", help="Output file (parquet needs one)."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Query around unreadable shards (each named on stderr)."),
     home: Path = HomeOpt,
 ) -> None:
     """Run a named analysis query against the run home's DuckDB catalogue."""
@@ -220,10 +222,15 @@ def sql(
     if name is None:
         typer.echo("\n".join(f"{q:32s} {describe_query(q)}" for q in list_queries()))
         return
+    skipped = logging.StreamHandler(sys.stderr)  # one line per shard --skip-bad leaves out
+    skipped.setFormatter(logging.Formatter("%(message)s"))
+    logging.getLogger("trace_core.store").addHandler(skipped)
     try:
-        text = sql_command(name, run_id=run_id, fmt=fmt, home_dir=home, output=out)
-    except (KeyError, ValueError, OSError) as err:
+        text = sql_command(name, run_id=run_id, fmt=fmt, home_dir=home, output=out, skip_bad=skip_bad)
+    except (KeyError, ValueError, OSError) as err:  # CorruptShard is a ValueError: one line, exit 2
         _fail(err)
+    finally:
+        logging.getLogger("trace_core.store").removeHandler(skipped)
     if text:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 
 from tasks.artifacts import publish_iteration
-from tasks.stages import stage_tasks
+from tasks.stages import StageRunner, stage_tasks
 from trace_core.config import TrainConfig
 from trace_core.config_io import config_hash
 from trace_core.results import Evaluation, IterationResults
@@ -56,30 +56,33 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
         accuracy = before = t.evaluate(cfg, checkpoint)  # its per-cell outcomes: the predictor's first prior
         tracker.log(accuracy.columns() | {"seconds": accuracy.seconds}, step=0)
         history = []
+        run = StageRunner(log)  # a cached stage whose shard or checkpoint is gone is recomputed
         for i in range(cfg.run.iterations):
             t_iter = time.perf_counter()
-            predictor = t.refresh_predictor(ref, cfg, i, before)                              # (1)
-            roots = t.allocate_roots(ref, cfg, i, predictor)                                  # (2)
-            raw = t.generate_raw_rollouts(ref, cfg, i, checkpoint, roots)                     # (3)
-            prefixes = t.score_prefixes(ref, cfg, i, predictor, roots, raw)                   # (4)
-            extensions = t.extend_prefixes(ref, cfg, i, checkpoint, raw, prefixes)     # (5)
-            verified = t.verify_rewards(ref, cfg, i, predictor, roots, raw, prefixes, extensions)  # (6)
-            update = t.update_policy(ref, cfg, i, checkpoint, verified)                       # (7)
+            run.next_iteration()
+            predictor = run(t.refresh_predictor, ref, cfg, i, before)                              # (1)
+            roots = run(t.allocate_roots, ref, cfg, i, predictor)                                  # (2)
+            raw = run(t.generate_raw_rollouts, ref, cfg, i, checkpoint, roots)                     # (3)
+            prefixes = run(t.score_prefixes, ref, cfg, i, predictor, roots, raw)                   # (4)
+            extensions = run(t.extend_prefixes, ref, cfg, i, checkpoint, raw, prefixes)            # (5)
+            verified = run(t.verify_rewards, ref, cfg, i, predictor, roots, raw, prefixes, extensions)  # (6)
+            update = run(t.update_policy, ref, cfg, i, checkpoint, verified)                       # (7)
             checkpoint = update.checkpoint
 
             last = i == cfg.run.iterations - 1
             due = last or (cfg.run.eval_every and (i + 1) % cfg.run.eval_every == 0)
-            accuracy = t.evaluate(cfg, checkpoint) if due else Evaluation()
+            accuracy = run(t.evaluate, cfg, checkpoint) if due else Evaluation()
             results = IterationResults(predictor=predictor, roots=roots, raw=raw, prefixes=prefixes,
                                        extensions=extensions, verified=verified, update=update)
-            row = t.record_iteration(ref, cfg, i, results, accuracy)
+            row = run(t.record_iteration, ref, cfg, i, results, accuracy)
             publish_iteration(ref, cfg, i, results, row)
             tracker.log_iteration(i, results, row)
             row = {**row, **overhead_split(results, accuracy, time.perf_counter() - t_iter)}
-            tracker.log({k: v for k, v in row.items() if k.startswith("wall_")}, step=i + 1, force=True)
+            tracker.log({k: v for k, v in row.items() if k.startswith("wall_")}, step=i + 1, group="wall")
             history.append(row)
         report = tracker.finish(history)
-        return {"run_id": ref.run_id, "home": ref.home, "checkpoint": checkpoint, "iterations": history, "report": report}
+        return {"run_id": ref.run_id, "home": ref.home, "checkpoint": checkpoint, "iterations": history,
+                "report": report, "recomputed": run.recomputed}
 
 
 @flow(name="trace-train-scheduled", log_prints=True)

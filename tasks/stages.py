@@ -12,13 +12,16 @@ persisted as JSON under ``home/prefect-results`` and read back only through
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from logging import Logger, LoggerAdapter
 from pathlib import Path
+from typing import Any
 
 from prefect import Task, task
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 
 from tasks.cache import JsonOnlyKeyStorage, PackageSource
 from trace_core import iteration as it
+from trace_core.results import broken_output
 
 # Engine faults (CUDA OOM, a vLLM worker restart) are worth one more try; bugs are not.
 ENGINE_RETRIES = 2
@@ -63,3 +66,36 @@ def stage_tasks(home: str | Path) -> StageTasks:
     return StageTasks(**{f.name: getattr(_TASKS, f.name).with_options(
         cache_policy=policy, persist_result=True, result_storage=storage, result_serializer="json")
         for f in fields(StageTasks)})
+
+
+class StageRunner:
+    """Calls stage tasks, replaying a cached record only while what it points at is on disk.
+
+    A replayed record whose shard or checkpoint is missing or does not open (deleted, truncated
+    after the run) is named in the log and its stage recomputed (``refresh_cache``), and so is
+    every later stage of that iteration: they consumed the lost output. ``next_iteration``
+    starts the next iteration with the cache trusted again.
+    """
+
+    def __init__(self, log: Logger | LoggerAdapter):
+        self.log = log
+        self.refreshing = False
+        self.recomputed: list[str] = []  # one line per stage recomputed for a lost output
+
+    def next_iteration(self) -> None:
+        self.refreshing = False
+
+    def __call__(self, task: Task, *args: Any) -> Any:
+        if self.refreshing:
+            return task.with_options(refresh_cache=True)(*args)
+        record = task(*args)
+        if (broken := broken_output(record)) is not None:
+            path, why = broken
+            line = f"{task.name}: output {path} is {why}; recomputing it and the iteration's later stages"
+            self.log.warning(line)
+            self.recomputed.append(line)
+            self.refreshing = True
+            record = task.with_options(refresh_cache=True)(*args)
+            if (broken := broken_output(record)) is not None:
+                raise RuntimeError(f"{task.name}: output {broken[0]} still {broken[1]} after recomputing")
+        return record

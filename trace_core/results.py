@@ -7,11 +7,17 @@ and tracking and the Prefect artifacts read their fields.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from trace_core.shards import shard_error
 
 
 class StageResult(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+    outputs: ClassVar[tuple[str, ...]] = ()  # fields holding the paths the stage wrote
 
     seconds: float = Field(0.0, description="Wall seconds of the stage's work (shard writes included).")
 
@@ -19,6 +25,7 @@ class StageResult(BaseModel):
 class PredictorFit(StageResult):
     """Stage 1: the refreshed predictor's state file and its fit report."""
 
+    outputs = ("path",)
     path: str
     fit: dict = Field(default_factory=dict)
 
@@ -26,6 +33,7 @@ class PredictorFit(StageResult):
 class RootAllocation(StageResult):
     """Stage 2: the prompts shard (candidates with ``v_pred`` and ``m_alloc``)."""
 
+    outputs = ("prompts",)
     prompts: str
     candidates: int
     active: int
@@ -39,6 +47,7 @@ class RootAllocation(StageResult):
 class Generation(StageResult):
     """Stages 3 and 5: generated nodes (raw rollouts or continuations)."""
 
+    outputs = ("path",)
     path: str
     trajectories: int
     tokens: int
@@ -48,6 +57,7 @@ class Generation(StageResult):
 class PrefixAllocation(StageResult):
     """Stage 4: K per open prefix of the raw rollouts."""
 
+    outputs = ("path", "wave_prompts")
     path: str
     prefixes: int
     ext_budget: int
@@ -61,6 +71,7 @@ class Extensions(Generation):
     """Stage 5: the continuations, and the second root wave stage 4 bought with what they left
     (``wave_*``; empty unless the strategy spends by one price)."""
 
+    outputs = ("path", "wave_path", "wave_prompts")
     wave_path: str | None = None
     wave_prompts: str | None = None
     wave_trajectories: int = 0
@@ -70,6 +81,7 @@ class Extensions(Generation):
 class Verified(StageResult):
     """Stage 6: the iteration's final node shard and the metrics measured on it."""
 
+    outputs = ("nodes",)
     nodes: str
     trajectories: int
     effective: int
@@ -87,6 +99,7 @@ class Verified(StageResult):
 class PolicyUpdate(StageResult):
     """Stage 7: the new checkpoint and the update's statistics (loss, KL, clip fraction, ...)."""
 
+    outputs = ("checkpoint",)
     checkpoint: str
     stats: dict[str, float] = Field(default_factory=dict)
 
@@ -108,6 +121,35 @@ class Evaluation(StageResult):
         if self.accuracy is None:
             return {}
         return {"accuracy": self.accuracy, **{f"accuracy_{f}": v for f, v in self.by_family.items()}}
+
+
+def record_outputs(record: object) -> list[str]:
+    """The shards, state files and checkpoint directories a stage record points at (none for
+    records that are not ``StageResult``s)."""
+    names = record.outputs if isinstance(record, StageResult) else ()
+    return [path for name in names if (path := getattr(record, name))]
+
+
+def output_problem(path: str | Path) -> str | None:
+    """Why a stage output cannot be used as it is on disk ('missing', 'unreadable (...)', ...),
+    or None. Parquet shards: footer and schema; directories (checkpoints): not empty."""
+    p = Path(path)
+    if not p.exists():
+        return "missing"
+    if p.is_dir():
+        return None if any(p.iterdir()) else "empty directory"
+    if p.suffix == ".parquet":
+        why = shard_error(p)
+        return None if why is None else f"unreadable ({why})"
+    return None if p.stat().st_size else "empty file"
+
+
+def broken_output(record: object) -> tuple[str, str] | None:
+    """The first output of ``record`` that is missing or unreadable, with the reason."""
+    for path in record_outputs(record):
+        if (why := output_problem(path)) is not None:
+            return path, why
+    return None
 
 
 class IterationResults(BaseModel):

@@ -218,8 +218,49 @@ def write_shard(
     return write_parquet_atomic(out, shard_path(home_dir, table, run_id, stage, iteration))
 
 
+class CorruptShard(ValueError):
+    """A Parquet shard that does not open (truncated, overwritten); names the file."""
+
+    def __init__(self, path: str | Path, reason: str):
+        self.path, self.reason = Path(path), " ".join(reason.split())
+        super().__init__(f"corrupt shard {self.path}: {self.reason}")
+
+
+def shard_error(path: str | Path, *, deep: bool = False) -> str | None:
+    """Why the shard at ``path`` cannot be read, or None: its footer and schema (cheap), and
+    with ``deep`` every row group too (a file damaged in the middle keeps a valid footer)."""
+    try:
+        pl.read_parquet(path) if deep else pl.read_parquet_schema(path)
+    except FileNotFoundError:
+        return "missing"
+    except (pl.exceptions.PolarsError, OSError) as err:
+        return " ".join(str(err).split()) or type(err).__name__
+    return None
+
+
 def read_shard(path: str | Path) -> pl.DataFrame:
-    return pl.read_parquet(path)
+    """The shard at ``path``; ``FileNotFoundError`` or ``CorruptShard`` naming it otherwise."""
+    try:
+        return pl.read_parquet(path)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"shard {path} is missing") from err
+    except (pl.exceptions.PolarsError, OSError) as err:
+        raise CorruptShard(path, str(err) or type(err).__name__) from err
+
+
+def table_shards(home_dir: str | Path, table: str) -> list[Path]:
+    """Every shard file behind ``table``'s view (what its ``**/*.parquet`` glob reads), sorted."""
+    return sorted(table_dir(home_dir, table).rglob("*.parquet"))
+
+
+def bad_shards(home_dir: str | Path, *, deep: bool = False) -> dict[Path, str]:
+    """The shards under ``home_dir`` that do not open, with the reason (``shard_error``)."""
+    out = {}
+    for table in TABLES:
+        for path in table_shards(home_dir, table):
+            if (why := shard_error(path, deep=deep)) is not None:
+                out[path] = why
+    return out
 
 
 class ShardWriter:

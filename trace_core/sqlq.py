@@ -43,9 +43,11 @@ def describe_query(name: str) -> str:
     return " ".join(lines)
 
 
-def run_named_query(home_dir: str | Path, name: str, run_id: str | None = None) -> pl.DataFrame:
-    """Run ``sql/NAME.sql`` over the shards under ``home_dir``; ``run_id=None`` = all runs."""
-    return store.query(home_dir, load_query(name), {"run_id": run_id})
+def run_named_query(home_dir: str | Path, name: str, run_id: str | None = None, *,
+                    skip_bad: bool = False) -> pl.DataFrame:
+    """Run ``sql/NAME.sql`` over the shards under ``home_dir``; ``run_id=None`` = all runs;
+    ``skip_bad``: leave out shards that do not open (``CorruptShard`` names the first otherwise)."""
+    return store.query(home_dir, load_query(name), {"run_id": run_id}, skip_bad=skip_bad)
 
 
 def render(frame: pl.DataFrame, fmt: OutputFormat) -> str:
@@ -67,12 +69,13 @@ def sql_command(
     fmt: OutputFormat = "table",
     home_dir: str | Path = ".",
     output: str | Path | None = None,
+    skip_bad: bool = False,
 ) -> str:
     """Run a named query and render it; what the CLI prints.
 
     ``fmt='parquet'`` writes ``output`` (default ``NAME.parquet`` in the working directory) and
     returns a one-line note; ``table``/``csv`` return the text, also written to ``output`` if
-    given.
+    given. ``skip_bad``: query around unreadable shards (each named in a warning).
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
@@ -85,7 +88,7 @@ def sql_command(
     path = Path(output) if output is not None else (Path(f"{name}.parquet") if fmt == "parquet" else None)
     if path is not None and path.is_dir():
         raise IsADirectoryError(f"--out {path} is a directory; give a file path")
-    frame = run_named_query(home_dir, name, run_id=run_id)
+    frame = run_named_query(home_dir, name, run_id=run_id, skip_bad=skip_bad)
     if fmt == "parquet":
         frame.write_parquet(path)
         return f"wrote {frame.height} rows to {path}"

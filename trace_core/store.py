@@ -19,12 +19,13 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Collection
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
-from trace_core.shards import check_home_path, ensure_schema_shards
+from trace_core.shards import CorruptShard, bad_shards, check_home_path, ensure_schema_shards, table_shards
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +39,26 @@ def sql_dir() -> Path:
     return Path(override) if override else Path(__file__).resolve().parent.parent / "sql"
 
 
-def schema_sql(home_dir: str | Path | None = None) -> str:
+def _literal(path: str | Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def schema_sql(home_dir: str | Path | None = None, exclude: Collection[Path] = ()) -> str:
     """``sql/schema.sql``; with ``home_dir``, its shard globs made absolute under that home, so
-    the catalogue file answers from any working directory (DuckDB CLI, notebooks, Python)."""
+    the catalogue file answers from any working directory (DuckDB CLI, notebooks, Python).
+    ``exclude``: shard files to leave out (unreadable ones); a table holding one reads an
+    explicit list of its other files instead of its glob."""
     text = (sql_dir() / "schema.sql").read_text()
     if home_dir is None:
         return text
-    home = str(check_home_path(home_dir)).replace("'", "''")
-    return text.replace("read_parquet('shards/", f"read_parquet('{home}/shards/")
+    home = check_home_path(home_dir)
+    text = text.replace("read_parquet('shards/", f"read_parquet({_literal(home)[:-1]}/shards/")
+    skip = {Path(p).resolve() for p in exclude}
+    for table in sorted({p.relative_to(home / "shards").parts[0] for p in skip}):
+        keep = [_literal(f) for f in table_shards(home, table) if f.resolve() not in skip]
+        glob = _literal(home / "shards" / table / "**" / "*.parquet")
+        text = text.replace(f"read_parquet({glob}", f"read_parquet([{', '.join(keep)}]")
+    return text
 
 
 def schema_sha(home_dir: str | Path | None = None) -> str:
@@ -67,12 +80,13 @@ def _apply_schema(con: duckdb.DuckDBPyConnection, home: Path) -> None:
     con.execute(schema_sql(home))
 
 
-def connect(home_dir: str | Path) -> duckdb.DuckDBPyConnection:
-    """A private in-memory DuckDB with the store's views over ``home_dir``'s shards."""
+def connect(home_dir: str | Path, exclude: Collection[Path] = ()) -> duckdb.DuckDBPyConnection:
+    """A private in-memory DuckDB with the store's views over ``home_dir``'s shards (less the
+    files in ``exclude``)."""
     home = check_home_path(home_dir)  # the search path is globbed too
     ensure_schema_shards(home)
     con = duckdb.connect(":memory:", config=_config(home))
-    _apply_schema(con, home)
+    con.execute(schema_sql(home, exclude))
     return con
 
 
@@ -139,16 +153,34 @@ def has_store(home_dir: str | Path) -> bool:
     return (home / "shards").is_dir() or catalog_path(home).is_file()
 
 
-def query(home_dir: str | Path, sql: str, params: dict | None = None) -> pl.DataFrame:
+def query(home_dir: str | Path, sql: str, params: dict | None = None, *, skip_bad: bool = False) -> pl.DataFrame:
     """Run one SQL statement (read from a file, never built here) against the store's views.
 
     Only the parameters the statement names are bound (DuckDB rejects extra ones); a named
-    parameter that ``params`` lacks is bound to NULL.
+    parameter that ``params`` lacks is bound to NULL. A shard that does not open raises
+    ``CorruptShard`` naming it; ``skip_bad`` leaves such shards out instead (a warning each).
     """
     given = params or {}
     unknown = set(given) - set(statement_params(sql))
     if unknown - {"run_id"}:
         raise ValueError(f"parameters {sorted(unknown)} are not used by the statement")
     bound = {name: given.get(name) for name in statement_params(sql)}
-    with connect(home_dir) as con:
+    skip = _skipped(bad_shards(home_dir)) if skip_bad else {}  # footers: cheap, catches truncation
+    try:
+        with connect(home_dir, exclude=skip) as con:
+            return con.sql(sql, params=bound).pl()
+    except duckdb.Error as err:
+        bad = {p: why for p, why in bad_shards(home_dir, deep=True).items() if p not in skip}
+        if not bad:
+            raise
+        if not skip_bad:
+            path, why = next(iter(bad.items()))
+            raise CorruptShard(path, f"{why} ({len(bad)} unreadable shard(s); --skip-bad queries the rest)") from err
+    with connect(home_dir, exclude=skip | _skipped(bad)) as con:  # damage past the footer, found by reading
         return con.sql(sql, params=bound).pl()
+
+
+def _skipped(bad: dict[Path, str]) -> dict[Path, str]:
+    for path, why in bad.items():
+        log.warning("skipped corrupt shard %s: %s", path, why)
+    return bad

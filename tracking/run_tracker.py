@@ -38,14 +38,13 @@ class RunTracker:
                                tags={"trace_rl.strategy": cfg.allocation.strategy})
         self.tracker.log_params(cfg.model_dump(mode="json"))
 
-    def log(self, metrics: dict, step: int, *, force: bool = False) -> None:
-        """Log one step once: a resumed run skips the steps its crashed predecessor logged
-        (``force``: log anyway, for measurements of this process such as wall times)."""
-        marker = self.tracker.run_dir / "tracked_step"
+    def log(self, metrics: dict, step: int, *, group: str = "") -> None:
+        """Log one step of a group of metrics once: a resumed run skips the steps its crashed
+        predecessor logged. Each ``group`` keeps its own marker (``runs/<id>/tracked_step[.group]``),
+        so a group logged later in the iteration (``"wall"``: this process's wall times) is still
+        written once per (key, step) whatever the crash point."""
+        marker = self.tracker.run_dir / (f"tracked_step.{group}" if group else "tracked_step")
         done = int(marker.read_text()) if marker.is_file() else -1
-        if force:
-            self.tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
-            return
         if step <= done:
             return
         self.tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
