@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -144,13 +145,25 @@ def train(
     cfg = _train_config(config, set_, home)
     if run_id is not None:
         _check_unlocked(home, run_id)  # before Prefect starts (seconds): refused at once
-    from flows.train import train_flow
+    from prefect.exceptions import TerminationSignal
 
+    from flows.lifecycle import Interrupted, stop_on_signals, temporary_server
+
+    signum = None
     try:
-        summary = train_flow(cfg, run_id=run_id, home=str(home.resolve()),
-                             tracking_uri=tracking_uri)
+        with stop_on_signals(), temporary_server():
+            from flows.train import train_flow
+
+            summary = train_flow(cfg, run_id=run_id, home=str(home.resolve()), tracking_uri=tracking_uri)
     except RunLocked as err:  # lost a race with another writer after the check above
         _fail(err)
+    except (Interrupted, TerminationSignal) as err:
+        signum = err.signum if isinstance(err, Interrupted) else err.signal
+    if signum is not None:  # the same --run-id resumes from the last finished stage
+        name = signal.Signals(signum).name
+        typer.secho(f"interrupted by {name}: run stopped; rerun with the same --run-id to resume",
+                    fg=typer.colors.RED, err=True)
+        raise typer.Exit(128 + signum)
     typer.echo(summary.get("report", ""))
 
 

@@ -46,7 +46,7 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
     cfg = TrainConfig.model_validate(config)
     ref = RunRef(str(Path(home).resolve()), run_id or new_run_id(cfg))
     with hold_run_lock(ref.run_dir):  # one writer per run: a second `train` of this id is refused
-        t = stage_tasks(ref.home)
+        t = stage_tasks(ref.home, timeout=cfg.run.stage_timeout_s)
         log = get_run_logger()
         log.info("run %s  strategy=%s  config=%s  home=%s", ref.run_id, cfg.allocation.strategy, config_hash(cfg), ref.home)
         tracker = RunTracker(ref, cfg, tracking_uri=tracking_uri, parent=parent_tracking_run)

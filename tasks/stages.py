@@ -11,6 +11,8 @@ persisted as JSON under ``home/prefect-results`` and read back only through
 
 from __future__ import annotations
 
+import errno
+import re
 from dataclasses import dataclass, fields
 from logging import Logger, LoggerAdapter
 from pathlib import Path
@@ -18,14 +20,66 @@ from typing import Any
 
 from prefect import Task, task
 from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.task_engine import TaskRunTimeoutError
 
 from tasks.cache import JsonOnlyKeyStorage, PackageSource
 from trace_core import iteration as it
 from trace_core.results import broken_output
 
-# Engine faults (CUDA OOM, a vLLM worker restart) are worth one more try; bugs are not.
+# Engine faults (CUDA OOM, a lost NCCL peer, a dropped connection) are worth one more try; bugs
+# are not: ``retry_transient`` decides, per failure.
 ENGINE_RETRIES = 2
-_ENGINE = {"retries": ENGINE_RETRIES, "retry_delay_seconds": 5}
+
+# errno values of I/O that may succeed when tried again (busy, interrupted, a flaky device or link)
+TRANSIENT_ERRNOS = frozenset({errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.EIO, errno.ETIMEDOUT,
+                              errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.EPIPE,
+                              errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ESTALE})
+# RuntimeError messages of accelerator / collective faults; a device-side assert or an illegal
+# memory access is a bug (and poisons the CUDA context), never retried
+_TRANSIENT_MESSAGE = re.compile(r"out of memory|CUDA error|NCCL|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
+_BUG_MESSAGE = re.compile(r"device-side assert|illegal memory access|illegal instruction", re.IGNORECASE)
+
+
+def is_transient(exc: BaseException | None) -> bool:
+    """Whether a stage that raised ``exc`` may succeed when run again unchanged.
+
+    Transient: CUDA out-of-memory, a RuntimeError naming a CUDA / NCCL / out-of-memory fault,
+    ConnectionError, TimeoutError, an OSError whose errno is in ``TRANSIENT_ERRNOS``, or any
+    of these as the explicit ``__cause__`` of what was raised. Not transient: everything else,
+    in particular programming and data errors (TypeError, ValueError, KeyError, AssertionError,
+    a missing file) and a stage's own ``timeout_seconds`` running out (the abandoned attempt may
+    still hold the engine; the timeout is the operator's limit, not a fault to repeat).
+    """
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, TaskRunTimeoutError):
+            return False
+        if _transient_here(exc):
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False
+
+
+def _transient_here(exc: BaseException) -> bool:
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError | ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, OSError):
+        return exc.errno in TRANSIENT_ERRNOS
+    if type(exc) is RuntimeError or type(exc).__name__ in {"AcceleratorError", "DistBackendError"}:
+        msg = str(exc)
+        return bool(_TRANSIENT_MESSAGE.search(msg)) and not _BUG_MESSAGE.search(msg)
+    return False
+
+
+def retry_transient(task: Task, task_run: Any, state: Any) -> bool:
+    """Prefect ``retry_condition_fn``: retry the failed run in ``state`` only for a transient fault."""
+    exc = state.result(raise_on_failure=False)
+    return isinstance(exc, BaseException) and is_transient(exc)
+
+
+_ENGINE = {"retries": ENGINE_RETRIES, "retry_delay_seconds": 5, "retry_condition_fn": retry_transient}
 
 
 @dataclass(frozen=True)
@@ -56,15 +110,24 @@ _TASKS = StageTasks(
 )
 
 
-def stage_tasks(home: str | Path) -> StageTasks:
+# stages that run the engine or the trainer and can hang on a wedged device or collective
+TIMED_STAGES = frozenset({"generate_raw_rollouts", "extend_prefixes", "update_policy"})
+
+
+def stage_tasks(home: str | Path, timeout: float | None = None) -> StageTasks:
     """The stage tasks with results and cache records persisted under ``home`` (resume after a
-    crash needs both on disk; the key is inputs + task source, not the flow run)."""
+    crash needs both on disk; the key is inputs + task source, not the flow run).
+
+    ``timeout``: seconds a generation or update stage may run before it fails (``run.stage_timeout_s``;
+    None = no limit). A timed-out stage is not retried.
+    """
     root = Path(home).resolve() / "prefect-results"
     policy = (INPUTS + TASK_SOURCE + PackageSource()).configure(
         key_storage=JsonOnlyKeyStorage(basepath=str(root / "keys"), values_basepath=str(root / "values")))
     storage = root / "values"  # a Path: a local file system, no server-side block needed
+    options = {"cache_policy": policy, "persist_result": True, "result_storage": storage, "result_serializer": "json"}
     return StageTasks(**{f.name: getattr(_TASKS, f.name).with_options(
-        cache_policy=policy, persist_result=True, result_storage=storage, result_serializer="json")
+        **options, **({"timeout_seconds": timeout} if f.name in TIMED_STAGES and timeout else {}))
         for f in fields(StageTasks)})
 
 

@@ -47,6 +47,11 @@ class RunConfig(BaseModel):
         0, ge=0, le=100_000, description="Evaluate every k iterations (0 = only before the first and after the last).")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Torch device for generation and updates.")
     threads: int = Field(0, ge=0, le=1024, description="torch.set_num_threads on CPU (0 = leave torch's default).")
+    stage_timeout_s: float | None = Field(
+        None, gt=0,
+        description="Seconds a generation (raw rollouts, extensions) or policy-update stage may run before it "
+        "fails with a timeout, which is not retried (None = no limit). Size it well above the slowest "
+        "normal iteration: it is there to end a hung engine or collective, not to pace training.")
 
 
 class TrainConfig(BaseModel):

@@ -300,7 +300,9 @@ def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str
     from trace_core.policy.update import update_policy as clipped_update
 
     t0 = time.perf_counter()
-    pol = load_policy_for(cfg, checkpoint)
+    # a retry starts from the input checkpoint, not from weights a failed attempt partly updated:
+    # with trainer state, load_checkpoint below restores them; without (iteration 0), reload here
+    pol = load_policy_for(cfg, checkpoint, fresh=not has_trainer_state(checkpoint))
     nodes = read_shard(verified.nodes)
     tasks, envs = tasks_by_id(cfg, iteration), environments(cfg)
     messages = {p: envs[tasks[p].family].reset(tasks[p]).messages() for p in nodes["prompt_id"].unique()}

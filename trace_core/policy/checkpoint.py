@@ -244,6 +244,16 @@ def load_model_state(path: str | Path) -> dict[str, torch.Tensor]:
     return load_file(str(single))
 
 
+def restore_weights(path: str | Path, model: Any) -> None:
+    """Copy the weights saved in ``path`` into ``model`` in place (its device and dtype kept)."""
+    state = load_model_state(path)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if [k for k in missing if "lm_head" not in k] or unexpected:  # lm_head may be tied (saved once)
+        raise ValueError(f"{path} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if getattr(model.config, "tie_word_embeddings", False):
+        model.tie_weights()
+
+
 def load_checkpoint(path: str | Path, model: Any, *, optimizer: torch.optim.Optimizer | None = None,
                     scheduler: Any = None, rng: np.random.Generator | None = None,
                     restore_rng: bool = True) -> dict[str, Any]:
@@ -252,12 +262,7 @@ def load_checkpoint(path: str | Path, model: Any, *, optimizer: torch.optim.Opti
     if not has_trainer_state(path):
         raise FileNotFoundError(f"no {STATE_FILE} in {path}")
     trainer = load_trainer_state(path / STATE_FILE)
-    state = load_model_state(path)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if [k for k in missing if "lm_head" not in k] or unexpected:  # lm_head may be tied (saved once)
-        raise ValueError(f"{path} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    if getattr(model.config, "tie_word_embeddings", False):
-        model.tie_weights()
+    restore_weights(path, model)
     if optimizer is not None and trainer["optimizer"] is not None:
         optimizer.load_state_dict(trainer["optimizer"])
     if scheduler is not None and trainer["scheduler"] is not None:

@@ -3,7 +3,8 @@
 Stages exchange only checkpoint paths; the heavy objects are built from a path on first use in
 a process and cached here, so a resumed run or a Prefect worker rebuilds exactly the same state.
 A new checkpoint of the same run reloads weights into the cached engine instead of rebuilding
-it, as a vLLM worker must.
+it, as a vLLM worker must. ``fresh=True`` also reloads the trainer model's weights from the
+checkpoint when the cached model may have drifted from it (a failed update attempt stepped it).
 """
 
 from __future__ import annotations
@@ -38,23 +39,34 @@ def torch_device(cfg: TrainConfig) -> str:
     return cfg.run.device
 
 
-def load_policy_for(cfg: TrainConfig, checkpoint: str) -> Policy:
-    """The policy at ``checkpoint`` (cached per process)."""
+def load_policy_for(cfg: TrainConfig, checkpoint: str, *, fresh: bool = False) -> Policy:
+    """The policy at ``checkpoint`` (cached per process).
+
+    ``fresh``: the model's weights are read from ``checkpoint`` even when cached, so that a retried
+    update starts from the checkpoint and not from what a failed attempt left in memory (in a
+    normal run they are equal, and so is the result).
+    """
     import torch
 
     from trace_core.engines.base import engine_class
     from trace_core.policy.chat import ChatFormat
+    from trace_core.policy.checkpoint import restore_weights
     from trace_core.policy.model import load_policy
 
     with _LOCK:
         if checkpoint in _CACHE:
-            return _CACHE[checkpoint]
+            pol = _CACHE[checkpoint]
+            if fresh:
+                restore_weights(checkpoint, pol.model)
+            return pol
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
         if _CACHE:  # same run, new weights: reload into the live engine
             old = next(iter(_CACHE.values()))
             _CACHE.clear()
             old.engine.load_weights(checkpoint)
+            if fresh and getattr(old.engine, "model", None) is not old.model:  # hf: the same model
+                restore_weights(checkpoint, old.model)
             pol = Policy(checkpoint, old.model, old.tokenizer, old.chat, old.engine)
         else:
             model, tokenizer = load_policy(checkpoint)

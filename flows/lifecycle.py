@@ -1,0 +1,106 @@
+"""Process lifecycle of ``trace-rl train``: a temporary Prefect server owned by this process and
+a clean stop on SIGTERM / SIGINT.
+
+The server runs in its own session (a Ctrl-C or a signal to the job's process group does not
+reach it, so the run can still report its final state) and gets SIGTERM from the kernel when
+this process dies, even by kill -9 (``PR_SET_PDEATHSIG``, Linux). A signal to ``train`` raises
+``Interrupted`` in the main thread: the flow is marked crashed, the server is stopped, and the
+command exits 128 + signal number with one line.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal arrived (``signum``)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGINT into ``Interrupted`` in the main thread while the block runs."""
+    def handler(signum, _frame):
+        raise Interrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@contextmanager
+def temporary_server() -> Iterator[None]:
+    """A local Prefect API for the block (unless ``PREFECT_API_URL`` names one), stopped at exit."""
+    import httpx
+    import prefect
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        temporary_settings,
+    )
+
+    if PREFECT_API_URL.value():
+        yield
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
+         "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+         "--log-level", "error", "--lifespan", "on"],
+        env=env, start_new_session=True, preexec_fn=_die_with_parent)
+    # stopped at interpreter exit, after Prefect's log and event workers (registered later, so run
+    # earlier) have flushed to it; PR_SET_PDEATHSIG covers a process that dies without exiting
+    atexit.register(_stop, proc)
+    try:
+        url = f"http://127.0.0.1:{port}/api"
+        deadline = time.monotonic() + float(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the temporary Prefect server exited with code {proc.returncode}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the temporary Prefect server did not start in time")
+            time.sleep(0.1)
+    except BaseException:
+        _stop(proc)
+        raise
+    with temporary_settings({PREFECT_API_URL: url}):
+        yield
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

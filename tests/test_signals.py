@@ -1,0 +1,80 @@
+"""SIGTERM / SIGINT during ``trace-rl train`` (issue 14, row 5), with real processes: the run
+stops within seconds with one line and exit 128 + signal, and leaves no process behind (the
+temporary Prefect server included)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trace_core.policy.model import TINY_WARM_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [
+    pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(), reason="shipped tiny checkpoint missing"),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
+]
+
+
+def _children(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (by /proc parent links)."""
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        kids = {c for c, pp in parent.items() if pp == p}
+        out |= kids
+        todo.extend(kids)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_signal_stops_train_cleanly(tmp_path, sig):
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}  # the conftest's home is for in-process runs
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "train", "--config", str(ROOT / "configs" / "small-ci.yaml"),
+         "--home", str(tmp_path / "home"), "--run-id", "s", "--set", "run.iterations=1000"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 120 and proc.poll() is None and not any("iter 0" in x for x in lines):
+            time.sleep(0.2)
+        assert proc.poll() is None, "".join(lines[-20:])
+        started = _children(proc.pid)
+        assert started, "no temporary server child"
+        os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C or a job scheduler does: the whole group
+        t1 = time.monotonic()
+        rc = proc.wait(timeout=30)
+        assert time.monotonic() - t1 < 20
+        assert rc == 128 + sig
+        time.sleep(1)
+        text = "".join(lines)
+        assert f"interrupted by {sig.name}" in text and "Traceback" not in text, text[-3000:]
+        assert not [p for p in started if _alive(p)], "left running"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

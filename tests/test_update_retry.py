@@ -1,0 +1,62 @@
+"""A retried ``update_policy`` restarts from its input checkpoint (issue 14, row 14): the live
+policy is cached per process, so a failed attempt leaves its partly updated weights in memory;
+the retry reloads the checkpoint's weights and gives the same result as a clean run. Stages
+are called directly on the shipped tiny policy, as in ``test_iteration`` (no Prefect)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from trace_core import iteration as it
+from trace_core.config import load_train_config
+from trace_core.policy import live
+from trace_core.policy.checkpoint import load_model_state
+from trace_core.policy.model import TINY_WARM_DIR
+from trace_core.run import RunRef, initial_checkpoint
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+pytestmark = pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
+                                reason="shipped tiny checkpoint missing: run `trace-rl warmup`")
+
+
+def _corrupt(model) -> None:
+    """What a failed attempt may leave behind: weights moved away from the checkpoint."""
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device) * 0.05)
+
+
+def test_update_retry_starts_from_the_input_checkpoint(tmp_path):
+    live._CACHE.clear()  # a fresh process: the live policy is built from the checkpoint
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.eval_tasks=0", "allocation.budget_total=48"])
+    ref = RunRef(str(tmp_path / "home"), "retry")
+    ckpt = initial_checkpoint(cfg)
+    pred = it.refresh_predictor(ref, cfg, 0, it.evaluate(cfg, ckpt))
+    roots = it.allocate_roots(ref, cfg, 0, pred)
+    raw = it.generate_raw_rollouts(ref, cfg, 0, ckpt, roots)
+    prefixes = it.score_prefixes(ref, cfg, 0, pred, roots, raw)
+    ext = it.extend_prefixes(ref, cfg, 0, ckpt, raw, prefixes)
+    ver = it.verify_rewards(ref, cfg, 0, pred, roots, raw, prefixes, ext)
+
+    clean = it.update_policy(ref, cfg, 0, ckpt, ver)
+    assert clean.stats["sequences"] > 0, "no trainable sequence: the update would not move the weights"
+    clean_weights = load_model_state(clean.checkpoint)
+    assert any(not torch.equal(clean_weights[k], v) for k, v in load_model_state(ckpt).items()
+               if k in clean_weights)  # the update moved the weights
+
+    # the attempt above stepped the cached model of `ckpt`; a crash mid-step leaves it elsewhere too
+    pol = live.load_policy_for(cfg, ckpt)
+    _corrupt(pol.model)
+    retried = it.update_policy(ref, cfg, 0, ckpt, ver)
+
+    timing = {"seconds", "samples_per_s"}
+    assert {k: v for k, v in retried.stats.items() if k not in timing} == \
+        {k: v for k, v in clean.stats.items() if k not in timing}
+    again = load_model_state(retried.checkpoint)
+    assert again.keys() == clean_weights.keys()
+    assert all(torch.equal(again[k], clean_weights[k]) for k in clean_weights)
+    live._CACHE.clear()
