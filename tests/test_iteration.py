@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
+from tests.iteration_stages import run_until_verified
 from trace_core import iteration as it
 from trace_core.config import load_train_config
 from trace_core.policy.model import TINY_WARM_DIR
@@ -32,16 +33,8 @@ def one_iteration(tmp_path_factory):
     cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.eval_tasks=12", "allocation.budget_total=48"])
     ref = RunRef(str(tmp_path_factory.mktemp("home")), "it")
     ckpt = initial_checkpoint(cfg)
-    before = it.evaluate(cfg, ckpt)
-    pred = it.refresh_predictor(ref, cfg, 0, before)
-    roots = it.allocate_roots(ref, cfg, 0, pred)
-    raw = it.generate_raw_rollouts(ref, cfg, 0, ckpt, roots)
-    prefixes = it.score_prefixes(ref, cfg, 0, pred, roots, raw)
-    ext = it.extend_prefixes(ref, cfg, 0, ckpt, raw, prefixes)
-    ver = it.verify_rewards(ref, cfg, 0, pred, roots, raw, prefixes, ext)
-    upd = it.update_policy(ref, cfg, 0, ckpt, ver)
-    results = IterationResults(predictor=pred, roots=roots, raw=raw, prefixes=prefixes, extensions=ext,
-                               verified=ver, update=upd)
+    stages = run_until_verified(ref, cfg, ckpt, it.evaluate(cfg, ckpt))
+    results = IterationResults(**stages, update=it.update_policy(ref, cfg, 0, ckpt, stages["verified"]))
     return cfg, ref, results
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.iteration_stages import run_until_verified
 from trace_core import iteration as it
 from trace_core.config import load_train_config
 from trace_core.policy import live
@@ -35,12 +36,7 @@ def test_update_retry_starts_from_the_input_checkpoint(tmp_path):
     cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.eval_tasks=0", "allocation.budget_total=48"])
     ref = RunRef(str(tmp_path / "home"), "retry")
     ckpt = initial_checkpoint(cfg)
-    pred = it.refresh_predictor(ref, cfg, 0, it.evaluate(cfg, ckpt))
-    roots = it.allocate_roots(ref, cfg, 0, pred)
-    raw = it.generate_raw_rollouts(ref, cfg, 0, ckpt, roots)
-    prefixes = it.score_prefixes(ref, cfg, 0, pred, roots, raw)
-    ext = it.extend_prefixes(ref, cfg, 0, ckpt, raw, prefixes)
-    ver = it.verify_rewards(ref, cfg, 0, pred, roots, raw, prefixes, ext)
+    ver = run_until_verified(ref, cfg, ckpt, it.evaluate(cfg, ckpt))["verified"]
 
     clean = it.update_policy(ref, cfg, 0, ckpt, ver)
     assert clean.stats["sequences"] > 0, "no trainable sequence: the update would not move the weights"
