@@ -56,7 +56,7 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
         accuracy = before = t.evaluate(cfg, checkpoint)  # its per-cell outcomes: the predictor's first prior
         tracker.log(accuracy.columns() | {"seconds": accuracy.seconds}, step=0)
         history = []
-        run = StageRunner(log)  # a cached stage whose shard or checkpoint is gone is recomputed
+        run = StageRunner(log, ref.home)  # a cached stage whose shard or checkpoint is gone is recomputed
         for i in range(cfg.run.iterations):
             t_iter = time.perf_counter()
             run.next_iteration()

@@ -6,7 +6,12 @@ serializer of a cached result from the record's metadata file, so a planted reco
 a cached replay whatever serializer the task was configured with. This storage refuses, with a
 one-line ``ValueError`` naming the file, any record whose serializer is not exactly Prefect's
 plain JSON serializer, and any value that is not JSON or names a class outside
-``trace_core.results`` (the JSON decoder imports the ``__class__`` it is given).
+``trace_core.results`` (and the ``datetime`` of a recorded row) (the JSON decoder imports the ``__class__`` it is given).
+
+``PortableInputs`` hashes the stage's inputs with the run home and the checkout written as
+placeholders, and the key storage maps a record written under another home onto this one
+(``moved_from``; ``rebase`` rewrites the replayed record's paths): a moved home, or a moved
+checkout, replays its finished stages instead of recomputing them.
 
 ``PackageSource`` adds a digest of the ``trace_core`` package's source to the cache key, so an
 edited stage (or anything a stage calls) recomputes on resume instead of replaying a stale
@@ -18,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +31,45 @@ from prefect.cache_policies import CachePolicy
 from prefect.filesystems import LocalFileSystem
 from prefect.logging import get_logger
 from prefect.serializers import JSONSerializer
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 import trace_core
 
 ALLOWED_CLASS_PREFIX = "trace_core.results."
+ALLOWED_CLASSES = frozenset({"datetime.datetime", "datetime.date"})  # a recorded row's timestamps
 log = get_logger("trace_rl.cache")
+CHECKOUT = str(Path(trace_core.__file__).resolve().parent)  # the package dir: shipped checkpoints live here
+
+# values dir of this process's stage tasks -> the home its replayed records were written under
+_MOVED: dict[str, str] = {}
+
+
+def _swap_prefix(obj: Any, old: str, new: str) -> Any:
+    """``obj`` (JSON-like) with every string equal to ``old`` or under ``old/`` re-rooted at ``new``."""
+    if isinstance(obj, str):
+        return new + obj[len(old):] if obj == old or obj.startswith(old + "/") else obj
+    if isinstance(obj, dict):
+        return {k: _swap_prefix(v, old, new) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_swap_prefix(v, old, new) for v in obj]
+    return obj
+
+
+def moved_from(home: str | Path) -> str | None:
+    """The home that records replayed in ``home`` this process were written under, if it was another."""
+    return _MOVED.get(str(Path(home).resolve() / "prefect-results" / "values"))
+
+
+def rebase(record: Any, home: str | Path) -> Any:
+    """``record`` (a stage's result) with paths under the home it was written in moved to ``home``."""
+    old = moved_from(home)
+    if old is None:
+        return record
+    new = str(Path(home).resolve())
+    if isinstance(record, BaseModel):
+        return type(record).model_validate(_swap_prefix(record.model_dump(mode="json"), old, new))
+    return _swap_prefix(record, old, new) if isinstance(record, dict | list | str) else record
 
 
 @functools.cache
@@ -61,7 +101,8 @@ def check_record(path: str, content: bytes) -> dict:
             raise ValueError(f"{path}: cached result declares serializer {kind!r} (or non-default options); "
                              "refusing to load it (only plain JSON is trusted)")
         cls = node.get("__class__")
-        if cls is not None and not (isinstance(cls, str) and cls.startswith(ALLOWED_CLASS_PREFIX)):
+        if cls is not None and not (isinstance(cls, str) and (cls.startswith(ALLOWED_CLASS_PREFIX)
+                                                             or cls in ALLOWED_CLASSES)):
             raise ValueError(f"{path}: cached result names class {cls!r}; only {ALLOWED_CLASS_PREFIX}* is loaded")
         if "__exc_type__" in node:
             raise ValueError(f"{path}: cached result holds an exception; refusing to load it")
@@ -85,6 +126,9 @@ class JsonOnlyKeyStorage(LocalFileSystem):
             meta = check_record(path, content)
             values = Path(self.values_basepath).resolve()
             key = meta.get("storage_key")
+            if isinstance(key, str) and (moved := self._moved_value(values, key)) is not None:
+                meta["storage_key"] = key = str(moved)  # written under a home since moved here
+                content = json.dumps(meta).encode()
             value = Path(key).resolve() if isinstance(key, str) else None
             if value is None or values not in value.parents:
                 raise ValueError(f"{path}: cached result points outside {values} ({key!r}); refusing to load it")
@@ -94,6 +138,19 @@ class JsonOnlyKeyStorage(LocalFileSystem):
             log.warning("%s (the stage is recomputed)", err)
             raise
         return content
+
+    @staticmethod
+    def _moved_value(values: Path, key: str) -> Path | None:
+        """Where a record's value is now, if the record names ``OLD/prefect-results/values/<name>``
+        of another home and ``<name>`` is in this one (the home was moved or copied)."""
+        old = Path(key)
+        if old.parent == values or old.parent.parts[-2:] != ("prefect-results", "values"):
+            return None
+        here = values / old.name
+        if not here.is_file():
+            return None
+        _MOVED[str(values)] = str(old.parent.parent.parent)
+        return here
 
     async def aread_path(self, path: str) -> bytes:
         return self._checked(path, await super().aread_path(path))
@@ -115,6 +172,19 @@ def source_digest(root: Path) -> str:
 def package_digest() -> str:
     """``source_digest`` of the ``trace_core`` package, computed once a process (~100 files)."""
     return source_digest(Path(trace_core.__file__).resolve().parent)
+
+
+@dataclass
+class PortableInputs(CachePolicy):
+    """Cache key component: the task's inputs, with paths under ``home`` and under the checkout's
+    ``trace_core`` package written relative to them (a moved home or checkout keeps its keys)."""
+
+    home: str = ""
+
+    def compute_key(self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: Any, **kwargs: Any) -> str:
+        data = to_jsonable_python(inputs or {})
+        data = _swap_prefix(_swap_prefix(data, str(Path(self.home).resolve()), "${home}"), CHECKOUT, "${trace_core}")
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 class PackageSource(CachePolicy):

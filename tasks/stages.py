@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from prefect import Task, task
-from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.cache_policies import TASK_SOURCE
 from prefect.task_engine import TaskRunTimeoutError
 
-from tasks.cache import JsonOnlyKeyStorage, PackageSource
+from tasks.cache import JsonOnlyKeyStorage, PackageSource, PortableInputs, rebase
 from trace_core import iteration as it
 from trace_core.results import broken_output
 
@@ -122,7 +122,7 @@ def stage_tasks(home: str | Path, timeout: float | None = None) -> StageTasks:
     None = no limit). A timed-out stage is not retried.
     """
     root = Path(home).resolve() / "prefect-results"
-    policy = (INPUTS + TASK_SOURCE + PackageSource()).configure(
+    policy = (PortableInputs(home=str(Path(home).resolve())) + TASK_SOURCE + PackageSource()).configure(
         key_storage=JsonOnlyKeyStorage(basepath=str(root / "keys"), values_basepath=str(root / "values")))
     storage = root / "values"  # a Path: a local file system, no server-side block needed
     options = {"cache_policy": policy, "persist_result": True, "result_storage": storage, "result_serializer": "json"}
@@ -140,8 +140,9 @@ class StageRunner:
     starts the next iteration with the cache trusted again.
     """
 
-    def __init__(self, log: Logger | LoggerAdapter):
+    def __init__(self, log: Logger | LoggerAdapter, home: str | Path | None = None):
         self.log = log
+        self.home = home  # replayed records written under another home are re-rooted here
         self.refreshing = False
         self.recomputed: list[str] = []  # one line per stage recomputed for a lost output
 
@@ -152,6 +153,8 @@ class StageRunner:
         if self.refreshing:
             return task.with_options(refresh_cache=True)(*args)
         record = task(*args)
+        if self.home is not None:
+            record = rebase(record, self.home)
         if (broken := broken_output(record)) is not None:
             path, why = broken
             line = f"{task.name}: output {path} is {why}; recomputing it and the iteration's later stages"

@@ -1,6 +1,6 @@
 """SIGTERM / SIGINT during ``trace-rl train`` (issue 14, row 5), with real processes: the run
 stops within seconds with one line and exit 128 + signal, and leaves no process behind (the
-temporary Prefect server included)."""
+temporary Prefect server included); after kill -9 the temporary server does not outlive it."""
 
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
-def test_signal_stops_train_cleanly(tmp_path, sig):
+def _start_train(tmp_path: Path) -> tuple[subprocess.Popen, list[str], set[int]]:
+    """``trace-rl train`` in a session of its own, once its first iteration runs; its descendants."""
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}  # the conftest's home is for in-process runs
     env.pop("PREFECT_API_URL", None)
     proc = subprocess.Popen(
@@ -58,13 +58,19 @@ def test_signal_stops_train_cleanly(tmp_path, sig):
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 120 and proc.poll() is None and not any("iter 0" in x for x in lines):
+        time.sleep(0.2)
+    assert proc.poll() is None, "".join(lines[-20:])
+    started = _children(proc.pid)
+    assert started, "no temporary server child"
+    return proc, lines, started
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_signal_stops_train_cleanly(tmp_path, sig):
+    proc, lines, started = _start_train(tmp_path)
     try:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 120 and proc.poll() is None and not any("iter 0" in x for x in lines):
-            time.sleep(0.2)
-        assert proc.poll() is None, "".join(lines[-20:])
-        started = _children(proc.pid)
-        assert started, "no temporary server child"
         os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C or a job scheduler does: the whole group
         t1 = time.monotonic()
         rc = proc.wait(timeout=30)
@@ -78,3 +84,20 @@ def test_signal_stops_train_cleanly(tmp_path, sig):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_sigkill_leaves_no_server_behind(tmp_path):
+    """kill -9 of ``train`` alone (no handler runs): the temporary server, in a session of its own,
+    is ended by the kernel (parent-death signal) with every process it started."""
+    proc, _, started = _start_train(tmp_path)
+    try:
+        proc.kill()
+        proc.wait(timeout=10)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30 and [p for p in started if _alive(p)]:
+            time.sleep(0.5)
+        assert not [p for p in started if _alive(p)], "temporary server orphaned after kill -9"
+    finally:
+        for p in started:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)

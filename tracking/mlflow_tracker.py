@@ -15,6 +15,7 @@ resumed run's metric steps continue where the crashed one stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -48,6 +49,35 @@ _METRICS_PER_BATCH = 1000
 
 def default_tracking_uri(home_dir: str | Path) -> str:
     return f"sqlite:///{Path(home_dir).resolve() / 'mlflow.db'}"
+
+
+def rehome_local_store(home_dir: str | Path) -> int:
+    """Re-root the artifact locations of ``DIR/mlflow.db`` at ``DIR/mlartifacts`` when the home
+    was moved (MLflow stores them as absolute URIs): a resumed run then logs its artifacts in the
+    home it runs in, never at the old location. Returns the number of rows changed."""
+    import sqlite3
+
+    home = Path(home_dir).resolve()
+    db, here = home / "mlflow.db", (home / "mlartifacts").as_uri()
+    if not db.is_file():
+        return 0
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as con, con:
+        rows = con.execute("SELECT artifact_location FROM experiments WHERE artifact_location LIKE 'file://%/mlartifacts'"
+                           ).fetchall()
+        changed = 0
+        for (old,) in rows:
+            if old == here:
+                continue
+            changed += con.execute("UPDATE experiments SET artifact_location = ? WHERE artifact_location = ?",
+                                   (here, old)).rowcount
+            changed += con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
+                                   "WHERE substr(artifact_uri, 1, ?) = ?", (here, len(old) + 1, len(old), old)).rowcount
+    if changed:  # this process may hold artifact stores of the old location, by run id
+        from mlflow.tracking._tracking_service import utils as tracking_utils
+
+        getattr(tracking_utils, "_artifact_repos_cache", {}).clear()
+        log.info("home moved: MLflow artifact locations re-rooted at %s (%d rows)", here, changed)
+    return changed
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -270,6 +300,8 @@ class Tracker:
                 os.environ.setdefault(key, value)
             from mlflow import MlflowClient  # imported here: ~seconds, off the training thread
 
+            if self.config.tracking_uri is None:
+                rehome_local_store(self.home_dir)
             self._client = MlflowClient(tracking_uri=self.tracking_uri)
         if self._mlflow_run_id is not None:
             return
