@@ -7,12 +7,16 @@ and 2 continuations of 2 turns from the first rollout's first turn (29 nodes). R
 per prompt from Bernoulli(p_prompt), so groups are a mix of zero-contrast and mixed. Text
 columns come from a small vocabulary; the token-id / logprob list columns are left null (the
 figure is for the node table's scalar columns).
-Goals (issue 6): ingest >= 2M rows/s; wasted_by_iteration over 10M nodes < 1 s.
+Every node carries its trajectory's anchor columns, as the flow's final shards do. Ids are short
+decimal strings (the flow's are 16 hex digits). Goals (issue 15): ingest >= 2M rows/s; every
+named wasted-rollout query < 1 s over 10M nodes, cold (shards evicted from the page cache, fresh
+DuckDB) and warm.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -22,7 +26,8 @@ import numpy as np
 import polars as pl
 
 from trace_core.shards import ShardWriter
-from trace_core.sqlq import run_named_query
+from trace_core.sqlq import load_query, run_named_query
+from trace_core.store import connect
 from trace_core.tree import NODE_SCHEMA
 
 RAW, TURNS, EXT, EXT_TURNS = 8, 3, 2, 2
@@ -44,7 +49,10 @@ def _template() -> dict[str, np.ndarray]:
             node.append(len(node))
             parent.append(anchor if t == 2 else node[-2])
             traj.append(RAW + e), depth.append(t), origin.append(2)
-    arr = {k: np.array(v) for k, v in dict(node=node, parent=parent, traj=traj, depth=depth, origin=origin).items()}
+    anchor = [-1] + [0] * (RAW * TURNS) + [anchor] * (EXT * EXT_TURNS)  # the node each trajectory branched from
+    owner = [-1] * (1 + RAW * TURNS) + [0] * (EXT * EXT_TURNS)  # the trajectory through that node (raw rollout 0)
+    arr = {k: np.array(v) for k, v in dict(node=node, parent=parent, traj=traj, depth=depth, origin=origin,
+                                            anchor=anchor, owner=owner).items()}
     last = {}
     for i, tj in enumerate(arr["traj"]):
         last[tj] = i
@@ -62,8 +70,10 @@ def synth_nodes(n_prompts: int, iteration: int, run_id: str, rng: np.random.Gene
     reward = (rng.random((n_prompts, RAW + EXT)) < p).astype(np.float32)
     leaf_reward = np.where(tpl["leaf"], reward[:, np.clip(tpl["traj"], 0, None)], np.nan).ravel()
     n = node.size
+    anchor = np.where(tpl["anchor"] >= 0, base * PER_PROMPT + tpl["anchor"], -1).ravel()
+    owner = np.where(tpl["owner"] >= 0, base * 16 + tpl["owner"], -1).ravel()
     frame = pl.DataFrame({
-        "node_id": node, "parent_id": parent, "trajectory_id": traj,
+        "node_id": node, "parent_id": parent, "trajectory_id": traj, "anchor_id": anchor, "owner": owner,
         "prompt_idx": np.repeat(base.ravel(), PER_PROMPT),
         "depth": np.tile(tpl["depth"], n_prompts).astype(np.int32),
         "origin_code": np.tile(tpl["origin"], n_prompts),
@@ -81,6 +91,8 @@ def synth_nodes(n_prompts: int, iteration: int, run_id: str, rng: np.random.Gene
         pl.when(pl.col("parent_id") >= 0).then(pl.col("parent_id").cast(pl.Utf8)).alias("parent_id"),
         ("p" + pl.col("prompt_idx").cast(pl.Utf8)).alias("prompt_id"),
         pl.when(pl.col("trajectory_id") >= 0).then(pl.col("trajectory_id").cast(pl.Utf8)).alias("trajectory_id"),
+        pl.when(pl.col("anchor_id") >= 0).then(pl.col("anchor_id").cast(pl.Utf8)).alias("anchor_id"),
+        pl.when(pl.col("owner") >= 0).then(pl.col("owner").cast(pl.Utf8)).alias("anchor_trajectory_id"),
         pl.col("prompt_idx").mod(3).replace_strict({0: "math", 1: "qa", 2: "fc"}, return_dtype=pl.Utf8).alias("task"),
         pl.col("prompt_idx").mod(5).cast(pl.Int32).alias("difficulty"),
         "depth",
@@ -96,11 +108,28 @@ def synth_nodes(n_prompts: int, iteration: int, run_id: str, rng: np.random.Gene
         pl.lit(0.02, dtype=pl.Float32).alias("gen_seconds"),
     ).with_columns(pl.lit(None, dtype=dt).alias(c) for c, dt in NODE_SCHEMA.items() if c not in (
         "run_id", "strategy", "iteration", "node_id", "parent_id", "prompt_id", "trajectory_id", "task",
-        "difficulty", "depth", "origin", "action_text", "observation_text", "new_tokens", "is_leaf", "reward",
+        "difficulty", "depth", "origin", "anchor_id", "anchor_trajectory_id", "action_text", "observation_text", "new_tokens", "is_leaf", "reward",
         "v_pred", "advantage", "tool_errors", "gen_seconds")).select(list(NODE_SCHEMA))
 
 
-def bench(home: Path, n_nodes: int, iterations: int, repeats: int) -> None:
+WASTED = ("wasted_by_iteration", "wasted_by_task", "wasted_by_depth", "wasted_by_difficulty", "top_wasted_prompts",
+          "effective_ratio_by_strategy", "budget_by_depth")
+CAVEAT = ("figures from a shared machine: other processes compete for the same cores, so times vary from run "
+          "to run; compare figures taken minutes apart on the same machine only")
+
+
+def evict(home: Path) -> None:
+    """Drop the shards from the OS page cache (POSIX_FADV_DONTNEED): the next query reads from disk."""
+    for p in (home / "shards").rglob("*.parquet"):
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def ingest(home: Path, n_nodes: int, iterations: int) -> int:
     rng = np.random.default_rng(0)
     per_iter = max(1, n_nodes // iterations // PER_PROMPT)
     writer = ShardWriter(home, "bench")
@@ -108,21 +137,58 @@ def bench(home: Path, n_nodes: int, iterations: int, repeats: int) -> None:
     for it in range(iterations):
         frame = synth_nodes(per_iter, it, "bench", rng)
         t0 = time.perf_counter()
-        writer.write("nodes", frame, iteration=it, stage="raw_rollouts")
+        writer.write("nodes", frame, iteration=it, stage="final")
         write_s += time.perf_counter() - t0
         rows += frame.height
     size = sum(p.stat().st_size for p in (home / "shards" / "nodes").rglob("*.parquet"))
     print(f"ingest: {rows:,} nodes in {iterations} shards, {write_s:.2f} s -> {rows / write_s / 1e6:.2f} M rows/s "
-          f"({size / 2**20:.0f} MiB Parquet, atomic write + fsync)")
-    for name in ("wasted_by_iteration", "wasted_by_task", "effective_ratio_by_strategy"):
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            out = run_named_query(home, name, run_id="bench")
-            times.append(time.perf_counter() - t0)
-        print(f"query {name}: best {min(times):.3f} s, median {sorted(times)[len(times) // 2]:.3f} s over "
-              f"{rows:,} nodes -> {out.height} rows")
+          f"({size / 2**20:.0f} MiB Parquet, ShardWriter: temp file, fsync, rename, fsync of the directory)")
+    return rows
+
+
+def timed(home: Path, name: str) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    out = run_named_query(home, name, run_id="bench")
+    return time.perf_counter() - t0, out.height
+
+
+def bench(home: Path, n_nodes: int, iterations: int, repeats: int) -> None:
+    rows = ingest(home, n_nodes, iterations)
+    print(f"{CAVEAT}; load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
+    slowest, worst = None, 0.0
+    for name in WASTED:
+        evict(home)
+        cold, n = timed(home, name)
+        warm = min(timed(home, name)[0] for _ in range(repeats))
+        print(f"query {name:28s} cold {cold:6.3f} s  warm {warm:6.3f} s  ({rows:,} nodes -> {n} rows)")
+        if max(cold, warm) > worst:
+            slowest, worst = name, max(cold, warm)
+    with connect(home) as con:
+        plan = con.execute("EXPLAIN (ANALYZE, FORMAT json) " + load_query(slowest), {"run_id": "bench"}).fetchall()
+        print(f"\nEXPLAIN ANALYZE of the slowest, {slowest} (warm; operator, rows out, CPU seconds summed over "
+              f"threads):")
+        print_plan(json.loads(plan[0][1]))
+        it = iterations // 2
+        print(f"\npruning: EXPLAIN ANALYZE SELECT count(*) FROM nodes WHERE run_id = 'bench' AND iteration = {it}")
+        plan = con.execute(f"EXPLAIN ANALYZE SELECT count(*) FROM nodes WHERE run_id = 'bench' AND iteration = {it}")
+        print("\n".join(line.strip(" │") for line in plan.fetchall()[0][1].splitlines()
+                        if "Files" in line or "Filters:" in line))
     print(run_named_query(home, "wasted_by_iteration", run_id="bench").head(3))
+
+
+def print_plan(node: dict, depth: int = 0) -> None:
+    """One line per operator of DuckDB's JSON profile, children indented (tree width stays readable)."""
+    for child in node.get("operator", node.get("children", [])):
+        name = child.get("name", "?")
+        if name not in ("RESULT_COLLECTOR", "EXPLAIN_ANALYZE", "PROJECTION"):
+            info = child.get("extra_info", {})
+            what = {k: info[k] for k in ("Groups", "Aggregates", "Join Type", "Conditions", "Filters",
+                                         "Total Files Read") if k in info}
+            print(f"{'  ' * depth}{name:<16} {child.get('intermediate_rows', 0):>11,} rows {child.get('timing', 0):7.3f} s"
+                  f"  {json.dumps(what)[:150] if what else ''}")
+            print_plan(child, depth + 1)
+        else:
+            print_plan(child, depth)
 
 
 def main() -> None:

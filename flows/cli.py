@@ -86,8 +86,22 @@ def _train_config(config: Path | None, overrides: list[str] | None, home: Path):
         cfg = load_train_config(config or DEFAULT_CONFIG, overrides or [])
     except ConfigError as err:
         _fail(err)
+    _check_data(cfg)
     _quiet_env(home)  # created only for a valid config
     return cfg
+
+
+def _check_data(cfg) -> None:
+    """Load the data section's files now (a line per file); a missing file, a bad row under
+    ``on_bad_row: error`` or an empty set exits 2 with one line, before anything starts."""
+    if not cfg.data.enabled:
+        return
+    from trace_core.datasets import DataError, loaded
+
+    try:
+        loaded(cfg.data, progress=lambda line: typer.echo(line, err=True))
+    except DataError as err:
+        _fail(err)
 
 
 @app.command()
@@ -176,6 +190,9 @@ def compare(
     set_: list[str] = SetOpt,
     run_id: str = typer.Option(None, "--run-id", help="Comparison id (prefix of the child run ids)."),
     tracking_uri: str = typer.Option(None, "--tracking-uri"),
+    parallel: int = typer.Option(0, "--parallel", min=0, max=4096,
+                                 help="Children trained at once as Ray tasks (0 = one after another)."),
+    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster for --parallel (default: a local Ray)."),
 ) -> None:
     """Train each strategy from the same checkpoint, stream and budget; write a report."""
     _check_run_id(run_id)
@@ -183,7 +200,8 @@ def compare(
     from flows.compare import compare_flow
 
     out = compare_flow(cfg, strategies=[s.strip() for s in strategies.split(",") if s.strip()],
-                       seeds=seeds, home=str(home.resolve()), run_id=run_id, tracking_uri=tracking_uri)
+                       seeds=seeds, home=str(home.resolve()), run_id=run_id, tracking_uri=tracking_uri,
+                       parallel=parallel, ray_address=ray_address)
     typer.echo(out.get("report", ""))
 
 
@@ -246,6 +264,33 @@ def sql(
         logging.getLogger("trace_core.store").removeHandler(skipped)
     if text:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+@app.command()
+def report(
+    run: str = typer.Argument(..., help="Run id (a finished run or one still training)."),
+    home: Path = HomeOpt,
+    out: Path = typer.Option(None, "--out", help="HTML file to write (default: report-RUN.html here)."),
+) -> None:
+    """One self-contained HTML page about a run from the store: effective ratio per iteration,
+    waste by depth / task / difficulty, allocation histogram, predictor calibration."""
+    _check_run_id(run)
+    _check_home(home, create=False)
+    if not home.is_dir():
+        _fail(FileNotFoundError(f"--home {home} does not exist"))
+    out = out or Path(f"report-{run}.html")
+    if out.is_dir():
+        _fail(IsADirectoryError(f"--out {out} is a directory"))
+    if not out.parent.is_dir():
+        _fail(FileNotFoundError(f"--out {out}: directory {out.parent} does not exist"))
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    from tracking.html_report import UnknownRun, write_html_report
+
+    try:
+        path = write_html_report(home, run, out)
+    except (UnknownRun, KeyError, ValueError, OSError) as err:  # CorruptShard is a ValueError
+        _fail(err)
+    typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
 
 
 if __name__ == "__main__":

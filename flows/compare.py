@@ -8,14 +8,17 @@ from __future__ import annotations
 import time
 
 import polars as pl
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
 
-from flows.train import train_flow
+from flows.train import run_name, train_flow
+from tasks.artifacts import name_flow_run, prefect_link_tags
 from trace_core.compare import comparison_markdown, comparison_table
 from trace_core.config import TrainConfig
 from trace_core.run import RunRef
 from trace_core.shards import table_dir
+from tracking.links import git_state
 from tracking.mlflow_tracker import Tracker
 from tracking.plots_compare import plot_accuracy_vs_tokens, plot_effective_by_iteration
 
@@ -25,32 +28,57 @@ def child_run_id(compare_id: str, strategy: str, seed: int) -> str:
 
 
 def read_iterations(home: str, run_ids: list[str]) -> pl.DataFrame:
-    files = sorted(table_dir(home, "iterations").glob("run=*/iter=*/final.parquet"))
+    files = sorted(table_dir(home, "iterations").glob("run_id=*/iteration=*/final.parquet"))
     frame = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed")
     return frame.filter(pl.col("run_id").is_in(run_ids))
 
 
-@flow(name="trace-compare", log_prints=True)
+@task(name="train-child", task_run_name="train-child {run_id}", cache_policy=NO_CACHE)
+def train_child(config: TrainConfig, run_id: str, home: str, tracking_uri: str | None,
+                parent_tracking_run: str) -> str:
+    """One child of a comparison: a whole training run (its own flow run; own process when fanned out)."""
+    train_flow(config, run_id=run_id, home=home, tracking_uri=tracking_uri, parent_tracking_run=parent_tracking_run)
+    return run_id
+
+
+@flow(name="trace-compare", log_prints=True, flow_run_name=run_name)
 def compare_flow(config: TrainConfig, strategies: list[str], seeds: int = 1, home: str = ".trace-home",
-                 run_id: str | None = None, tracking_uri: str | None = None) -> dict:
-    """Train each of ``strategies`` for each of ``seeds`` seeds; report the table and plots."""
+                 run_id: str | None = None, tracking_uri: str | None = None, parallel: int = 0,
+                 ray_address: str | None = None) -> dict:
+    """Train each of ``strategies`` for each of ``seeds`` seeds; report the table and plots.
+
+    ``parallel``: 0 trains the children one after another in this process; N >= 1 fans them out as
+    Ray tasks (prefect-ray), at most N at once on a local Ray, or on the cluster at ``ray_address``.
+    Every child is independent (own run id, seeds, process), so the numbers equal the serial run's."""
+    if parallel < 0:
+        raise ValueError(f"parallel must be >= 0, got {parallel}")
     base = TrainConfig.model_validate(config)
     cid = run_id or f"cmp-{time.strftime('%Y%m%d-%H%M%S')}"
+    if run_id is None:
+        name_flow_run(cid)
     log = get_run_logger()
     tcfg = base.tracking.model_copy(update={"tracking_uri": tracking_uri or base.tracking.tracking_uri})
     parent = Tracker(home, cid, config=tcfg, tags={"trace_rl.kind": "compare"})
+    parent.set_tags({**git_state(), **prefect_link_tags()})
     parent.log_params({"strategies": ",".join(strategies), "seeds": seeds, **base.model_dump(mode="json")})
-    children = []
+    jobs = []
     for seed in range(seeds):
         for strat in strategies:
             cfg = base.model_copy(deep=True)
             cfg.allocation.strategy = strat
             cfg.run.seed = base.run.seed + seed
-            child = child_run_id(cid, strat, seed)
-            log.info("compare %s: %s seed %d -> run %s", cid, strat, seed, child)
-            train_flow(TrainConfig.model_validate(cfg.model_dump()), run_id=child,
-                       home=home, tracking_uri=tracking_uri, parent_tracking_run=cid)
-            children.append(child)
+            jobs.append((TrainConfig.model_validate(cfg.model_dump()), child_run_id(cid, strat, seed)))
+            log.info("compare %s: %s seed %d -> run %s", cid, strat, seed, jobs[-1][1])
+    kw = {"home": home, "tracking_uri": tracking_uri, "parent_tracking_run": cid}
+    if parallel:  # one Ray task per child, at most `parallel` at once on a local Ray (or all on a cluster)
+        from prefect_ray import RayTaskRunner
+
+        init = {"num_cpus": parallel, "include_dashboard": False} if not ray_address else {}
+        with RayTaskRunner(address=ray_address, init_kwargs=init) as runner:
+            futures = [runner.submit(train_child, {"config": c, "run_id": r, **kw}) for c, r in jobs]
+            children = [f.result() for f in futures]
+    else:
+        children = [train_child.fn(c, r, **kw) for c, r in jobs]
     iterations = read_iterations(home, children)
     table = comparison_table(iterations, order=strategies)
     out = RunRef(home, cid).artifacts_dir

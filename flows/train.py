@@ -17,15 +17,17 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from tasks.artifacts import publish_iteration
+from tasks.artifacts import name_flow_run, prefect_link_tags, publish_iteration, publish_mlflow_link
 from tasks.stages import StageRunner, stage_tasks
 from trace_core.config import TrainConfig
 from trace_core.config_io import config_hash
+from trace_core.policy.checkpoint import retire_checkpoints
 from trace_core.results import Evaluation, IterationResults
 from trace_core.run import RunRef, initial_checkpoint, new_run_id
+from trace_core.run_record import recording_run
 from trace_core.runlock import hold_run_lock
 from trace_core.store import ensure_catalog
-from tracking.run_tracker import RunTracker
+from tracking.run_tracker import RunTracker, evaluation_metrics, wall_metrics
 
 
 def overhead_split(results: IterationResults, accuracy: Evaluation, wall: float) -> dict:
@@ -38,23 +40,35 @@ def overhead_split(results: IterationResults, accuracy: Evaluation, wall: float)
             "wall_overhead_share": max(wall - work, 0.0) / wall if wall > 0 else 0.0}
 
 
-@flow(name="trace-train", log_prints=True)
+def run_name() -> str:
+    """The flow run's name in the Prefect UI: the run id, the same on every resume."""
+    from prefect.runtime import flow_run
+
+    return flow_run.get_parameters().get("run_id") or "new-run"
+
+
+@flow(name="trace-train", log_prints=True, flow_run_name=run_name)
 def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".trace-home",
                tracking_uri: str | None = None, parent_tracking_run: str | None = None) -> dict:
     """Train the policy in ``config`` for ``run.iterations`` iterations. The same ``run_id``
     after a crash resumes from the last finished stage."""
     cfg = TrainConfig.model_validate(config)
     ref = RunRef(str(Path(home).resolve()), run_id or new_run_id(cfg))
-    with hold_run_lock(ref.run_dir):  # one writer per run: a second `train` of this id is refused
+    if run_id is None:
+        name_flow_run(ref.run_id)
+    with hold_run_lock(ref.run_dir), recording_run(  # one writer per run; the run's row in the `runs` view
+            ref.home, ref.run_id, cfg, strategy=cfg.allocation.strategy, seed=cfg.run.seed):
         t = stage_tasks(ref.home, timeout=cfg.run.stage_timeout_s)
         log = get_run_logger()
         log.info("run %s  strategy=%s  config=%s  home=%s", ref.run_id, cfg.allocation.strategy, config_hash(cfg), ref.home)
-        tracker = RunTracker(ref, cfg, tracking_uri=tracking_uri, parent=parent_tracking_run)
+        tracker = RunTracker(ref, cfg, tracking_uri=tracking_uri, parent=parent_tracking_run,
+                             tags=prefect_link_tags())
         ensure_catalog(ref.home)  # DIR/trace.duckdb: analysts can query while training writes shards
 
         checkpoint = initial_checkpoint(cfg)
         accuracy = before = t.evaluate(cfg, checkpoint)  # its per-cell outcomes: the predictor's first prior
-        tracker.log(accuracy.columns() | {"seconds": accuracy.seconds}, step=0)
+        tracker.log(evaluation_metrics(accuracy), step=0)
+        publish_mlflow_link(ref.run_id, tracker.mlflow_link())  # the MLflow run, from the Prefect UI
         history = []
         run = StageRunner(log, ref.home)  # a cached stage whose shard or checkpoint is gone is recomputed
         for i in range(cfg.run.iterations):
@@ -78,14 +92,16 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
             publish_iteration(ref, cfg, i, results, row)
             tracker.log_iteration(i, results, row)
             row = {**row, **overhead_split(results, accuracy, time.perf_counter() - t_iter)}
-            tracker.log({k: v for k, v in row.items() if k.startswith("wall_")}, step=i + 1, group="wall")
+            tracker.log(wall_metrics(row), step=i + 1, group="wall")
             history.append(row)
-        report = tracker.finish(history)
+            scored = {r["iteration"]: r.get("accuracy") for r in history}  # retention: newest N + best
+            retire_checkpoints(ref.run_dir / "checkpoints", scored, cfg.run.keep_checkpoints, cfg.run.keep_best_checkpoint)
+        report = tracker.finish(history, checkpoint=checkpoint)
         return {"run_id": ref.run_id, "home": ref.home, "checkpoint": checkpoint, "iterations": history,
                 "report": report, "recomputed": run.recomputed}
 
 
-@flow(name="trace-train-scheduled", log_prints=True)
+@flow(name="trace-train-scheduled", log_prints=True, flow_run_name=run_name)
 def scheduled_train(config_path: str = "configs/tiny.yaml", overrides: list[str] | None = None,
                     run_id: str | None = None, home: str = ".trace-home", tracking_uri: str | None = None) -> dict:
     """Entry point of the scheduled deployment (``prefect.yaml``): load a YAML config from the
@@ -93,4 +109,7 @@ def scheduled_train(config_path: str = "configs/tiny.yaml", overrides: list[str]
     from trace_core.config import load_train_config
 
     cfg = load_train_config(config_path, overrides or [])
+    if run_id is None:  # named now, so that the training subflow carries the same name
+        run_id = new_run_id(cfg)
+        name_flow_run(run_id)
     return train_flow(cfg, run_id=run_id, home=home, tracking_uri=tracking_uri)

@@ -1,23 +1,41 @@
 -- The node store's catalogue: views over the Parquet shards under the home directory DIR.
 -- Paths are relative to DIR here; trace_core.store makes them absolute under DIR when it writes
 -- the catalogue DIR/trace.duckdb (so it answers from any working directory).
--- Every table directory holds an empty _schema.parquet, so each view binds with the declared
--- columns before any data exists; union_by_name lets newer shards carry extra columns.
+-- Shards sit in hive partitions named like the columns (shards/TABLE/run_id=R/iteration=N/), so
+-- a filter on run_id or iteration skips the other files before reading them. Every table
+-- directory holds an empty _schema.parquet, unioned in by name, so each view binds with the
+-- declared columns before any data exists; union_by_name lets newer shards carry extra columns.
 
 CREATE OR REPLACE VIEW nodes AS
-SELECT * FROM read_parquet('shards/nodes/**/*.parquet', union_by_name = true);
+SELECT * FROM read_parquet('shards/nodes/_schema.parquet')
+UNION ALL BY NAME
+SELECT * FROM read_parquet('shards/nodes/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
+    hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, union_by_name = true, allow_empty = true);
 
 CREATE OR REPLACE VIEW prompts AS
-SELECT * FROM read_parquet('shards/prompts/**/*.parquet', union_by_name = true);
+SELECT * FROM read_parquet('shards/prompts/_schema.parquet')
+UNION ALL BY NAME
+SELECT * FROM read_parquet('shards/prompts/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
+    hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, union_by_name = true, allow_empty = true);
 
 CREATE OR REPLACE VIEW iterations AS
-SELECT * FROM read_parquet('shards/iterations/**/*.parquet', union_by_name = true);
+SELECT * FROM read_parquet('shards/iterations/_schema.parquet')
+UNION ALL BY NAME
+SELECT * FROM read_parquet('shards/iterations/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
+    hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, union_by_name = true, allow_empty = true);
 
 CREATE OR REPLACE VIEW predictions AS
-SELECT * FROM read_parquet('shards/predictions/**/*.parquet', union_by_name = true);
+SELECT * FROM read_parquet('shards/predictions/_schema.parquet')
+UNION ALL BY NAME
+SELECT * FROM read_parquet('shards/predictions/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
+    hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, union_by_name = true, allow_empty = true);
 
+-- One row per run (its shard is rewritten when the run starts, finishes or fails).
 CREATE OR REPLACE VIEW runs AS
-SELECT * FROM read_parquet('shards/runs/**/*.parquet', union_by_name = true);
+SELECT * FROM read_parquet('shards/runs/_schema.parquet')
+UNION ALL BY NAME
+SELECT * FROM read_parquet('shards/runs/run_id=*/*.parquet', hive_partitioning = true,
+    hive_types = {'run_id': VARCHAR}, union_by_name = true, allow_empty = true);
 
 -- One row per generated trajectory (raw rollout or prefix continuation).
 -- anchor_id: the node it branched from (the prompt's root for raw rollouts, a prefix node for
@@ -120,95 +138,74 @@ LEFT JOIN credited AS c
 -- effective / effective_tokens: the group's own trajectories that are effective (trajectories
 -- view): all of them in a contrastive group; in a zero-contrast raw group, the raw rollouts that
 -- own a contrastive branch group.
+-- Every node carries its trajectory's anchor (anchor_id) and the trajectory through that anchor
+-- (anchor_trajectory_id), so the groups come from one aggregation over the nodes; the owners'
+-- rewards and tokens from a second, over the owners' nodes only. No join of nodes with nodes.
 CREATE OR REPLACE VIEW trajectory_groups AS
-WITH raw_groups AS (
+WITH anchored AS (  -- one pass: every group, keyed by its anchor
     SELECT
-        run_id, strategy, iteration, prompt_id, task, difficulty,
+        run_id,
+        iteration,
+        anchor_id,
+        any_value(strategy) AS strategy,
+        any_value(prompt_id) AS prompt_id,
+        any_value(task) AS task,
+        any_value(difficulty) AS difficulty,
+        any_value(anchor_trajectory_id) AS owner_id,  -- NULL: the anchor is the root (a raw group)
+        min(depth) - 1 AS anchor_depth,
         count(*) FILTER (WHERE is_leaf) AS trajectories,
         coalesce(sum(new_tokens), 0)::BIGINT AS tokens,
         sum(reward) FILTER (WHERE is_leaf) AS successes,
-        coalesce(max(reward) FILTER (WHERE is_leaf) > min(reward) FILTER (WHERE is_leaf), false) AS contrastive
+        max(reward) FILTER (WHERE is_leaf) AS max_reward,
+        min(reward) FILTER (WHERE is_leaf) AS min_reward
     FROM nodes
-    WHERE origin = 'raw'
-    GROUP BY run_id, strategy, iteration, prompt_id, task, difficulty
+    WHERE depth > 0 AND anchor_id IS NOT NULL
+    GROUP BY run_id, iteration, anchor_id
 ),
 
-extensions AS (
+owners AS (  -- the trajectories that extension groups branch from: reward, tokens, root
     SELECT
-        run_id, strategy, iteration, prompt_id, task, difficulty, trajectory_id,
-        arg_min(parent_id, depth) AS anchor_id,
-        min(depth) - 1 AS anchor_depth,
+        run_id,
+        iteration,
+        trajectory_id AS owner_id,
+        any_value(anchor_id) AS root_id,
         max(reward) FILTER (WHERE is_leaf) AS reward,
         coalesce(sum(new_tokens), 0)::BIGINT AS tokens
     FROM nodes
-    WHERE origin = 'extension'
-    GROUP BY run_id, strategy, iteration, prompt_id, task, difficulty, trajectory_id
-),
-
-anchors AS (
-    SELECT DISTINCT run_id, iteration, anchor_id FROM extensions
-),
-
-anchor_owners AS (  -- the trajectory each anchor (prefix node) lies on
-    SELECT n.run_id, n.iteration, n.node_id AS anchor_id, n.trajectory_id AS owner_id
-    FROM nodes AS n
-    INNER JOIN anchors AS a
-        ON n.run_id = a.run_id AND n.iteration = a.iteration AND n.node_id = a.anchor_id
-),
-
-owner_rewards AS (
-    SELECT o.run_id, o.iteration, o.anchor_id, max(n.reward) AS owner_reward
-    FROM nodes AS n
-    INNER JOIN anchor_owners AS o
-        ON n.run_id = o.run_id AND n.iteration = o.iteration AND n.trajectory_id = o.owner_id
-    WHERE n.is_leaf
-    GROUP BY o.run_id, o.iteration, o.anchor_id
+    WHERE depth > 0 AND trajectory_id IN (SELECT owner_id FROM anchored WHERE owner_id IS NOT NULL)
+    GROUP BY run_id, iteration, trajectory_id
 ),
 
 extension_groups AS (
     SELECT
-        e.run_id, e.strategy, e.iteration, e.prompt_id, e.task, e.difficulty, e.anchor_id,
-        min(e.anchor_depth) AS anchor_depth,
-        count(*) AS trajectories,
-        sum(e.tokens)::BIGINT AS tokens,
-        sum(e.reward) AS successes,
-        coalesce(
-            greatest(max(e.reward), any_value(o.owner_reward)) > least(min(e.reward), any_value(o.owner_reward)),
-            false
-        ) AS contrastive
-    FROM extensions AS e
-    LEFT JOIN owner_rewards AS o
-        ON e.run_id = o.run_id AND e.iteration = o.iteration AND e.anchor_id = o.anchor_id
-    GROUP BY e.run_id, e.strategy, e.iteration, e.prompt_id, e.task, e.difficulty, e.anchor_id
+        a.*,
+        o.root_id,
+        o.tokens AS owner_tokens,
+        coalesce(greatest(a.max_reward, o.reward) > least(a.min_reward, o.reward), false) AS contrastive
+    FROM anchored AS a
+    LEFT JOIN owners AS o ON o.run_id = a.run_id AND o.iteration = a.iteration AND o.owner_id = a.owner_id
+    WHERE a.owner_id IS NOT NULL
 ),
 
-raw_trajectories AS (
-    SELECT run_id, iteration, prompt_id, trajectory_id, coalesce(sum(new_tokens), 0)::BIGINT AS tokens
-    FROM nodes
-    WHERE origin = 'raw' AND depth > 0
-    GROUP BY run_id, iteration, prompt_id, trajectory_id
-),
-
-credit AS (  -- per raw group: its rollouts that own a contrastive branch group
-    SELECT r.run_id, r.iteration, r.prompt_id, count(*) AS trajectories, sum(r.tokens)::BIGINT AS tokens
-    FROM raw_trajectories AS r
-    INNER JOIN (
-        SELECT DISTINCT o.run_id, o.iteration, o.owner_id
-        FROM anchor_owners AS o
-        INNER JOIN extension_groups AS g
-            ON g.run_id = o.run_id AND g.iteration = o.iteration AND g.anchor_id = o.anchor_id
-        WHERE g.contrastive
-    ) AS c ON c.run_id = r.run_id AND c.iteration = r.iteration AND c.owner_id = r.trajectory_id
-    GROUP BY r.run_id, r.iteration, r.prompt_id
+credit AS (  -- per raw group (its root): the rollouts that own a contrastive branch group
+    SELECT run_id, iteration, root_id, count(*) AS trajectories, sum(tokens)::BIGINT AS tokens
+    FROM (
+        SELECT DISTINCT run_id, iteration, root_id, owner_id, owner_tokens AS tokens
+        FROM extension_groups
+        WHERE contrastive
+    )
+    GROUP BY run_id, iteration, root_id
 )
 
 SELECT
     g.run_id, g.strategy, g.iteration, g.prompt_id, g.task, g.difficulty, 'raw' AS origin,
-    NULL::VARCHAR AS anchor_id, 0 AS anchor_depth, g.trajectories, g.tokens, g.successes, g.contrastive,
-    CASE WHEN g.contrastive THEN g.trajectories ELSE coalesce(c.trajectories, 0) END AS effective,
-    CASE WHEN g.contrastive THEN g.tokens ELSE coalesce(c.tokens, 0) END::BIGINT AS effective_tokens
-FROM raw_groups AS g
-LEFT JOIN credit AS c ON c.run_id = g.run_id AND c.iteration = g.iteration AND c.prompt_id = g.prompt_id
+    NULL::VARCHAR AS anchor_id, 0 AS anchor_depth, g.trajectories, g.tokens, g.successes,
+    coalesce(g.max_reward > g.min_reward, false) AS contrastive,
+    CASE WHEN g.max_reward > g.min_reward THEN g.trajectories ELSE coalesce(c.trajectories, 0) END AS effective,
+    CASE WHEN g.max_reward > g.min_reward THEN g.tokens ELSE coalesce(c.tokens, 0) END::BIGINT AS effective_tokens
+FROM anchored AS g
+LEFT JOIN credit AS c ON c.run_id = g.run_id AND c.iteration = g.iteration AND c.root_id = g.anchor_id
+WHERE g.owner_id IS NULL
 UNION ALL
 SELECT
     run_id, strategy, iteration, prompt_id, task, difficulty, 'extension' AS origin,

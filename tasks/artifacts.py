@@ -1,7 +1,9 @@
-"""Per-iteration progress lines and Prefect UI artifacts (allocation summary, metrics)."""
+"""Per-iteration progress lines and Prefect UI artifacts (allocation summary, metrics), the flow
+run's name, and the links between the Prefect flow run and the MLflow run."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import polars as pl
@@ -63,3 +65,39 @@ def publish_iteration(ref: RunRef, cfg: TrainConfig, i: int, results: IterationR
     md += ["", "| stage | seconds |", "|---|---|"] + [f"| {k} | {v:.2f} |" for k, v in stage_times.items()]
     create_markdown_artifact(key=_key("metrics", ref.run_id), markdown="\n".join(md),
                              description=f"Metrics of iteration {i}")
+
+
+def prefect_link_tags() -> dict[str, str]:
+    """MLflow tags naming the current Prefect flow run: its id, and its page in the Prefect UI
+    when a server is configured (``PREFECT_API_URL`` / ``PREFECT_UI_URL`` in the environment; the
+    temporary server ``trace-rl train`` starts by itself has no UI and ends with the command)."""
+    from prefect.runtime import flow_run
+    from prefect.utilities.urls import url_for
+
+    run_id = flow_run.get_id()
+    if run_id is None:
+        return {}
+    tags = {"prefect.flow_run_id": str(run_id)}
+    if (os.environ.get("PREFECT_API_URL") or os.environ.get("PREFECT_UI_URL")) and (
+            url := url_for("flow-run", obj_id=run_id)):
+        tags["prefect.flow_run_url"] = url
+    return tags
+
+
+def name_flow_run(name: str) -> None:
+    """Rename the current flow run (a run id generated inside the flow, after Prefect named it)."""
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+
+    if (run_id := flow_run.get_id()) is not None and flow_run.get_name() != name:
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_name(run_id, name)
+
+
+def publish_mlflow_link(run_id: str, link: dict) -> None:
+    """A markdown artifact on the flow run naming the MLflow run that holds its metrics (and its
+    URL on a tracking server): the Prefect side of the link between the two UIs."""
+    from tracking.links import mlflow_link_markdown
+
+    create_markdown_artifact(key=_key("mlflow", run_id), markdown=mlflow_link_markdown(run_id, link),
+                             description=f"MLflow run of {run_id}")

@@ -97,16 +97,42 @@ class StageTasks:
     record_iteration: Task
 
 
+def _flow_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    return flow_run.get_name() or "run"
+
+
+def stage_run_name(stage: str, parameters: dict[str, Any]) -> str:
+    """What the Prefect UI calls a stage's task run: stage, run id and iteration
+    (``generate-raw-rollouts r1 iter 3``), the same on every resume of the run id. ``evaluate``
+    names the checkpoint it scores: ``evaluate r1 after iter 3`` or ``evaluate r1 before training``."""
+    if stage == "evaluate":
+        ckpt = Path(str(parameters.get("checkpoint", "")))
+        if ckpt.parent.name == "checkpoints" and ckpt.name.startswith("iter="):
+            return f"evaluate {ckpt.parents[1].name} after iter {int(ckpt.name[5:])}"
+        return f"evaluate {_flow_run_name()} before training"
+    ref = parameters.get("ref")
+    return f"{stage} {getattr(ref, 'run_id', None) or _flow_run_name()} iter {parameters.get('iteration')}"
+
+
+def _stage(fn: Any, name: str, **options: Any) -> Task:
+    def run_name(parameters: dict[str, Any]) -> str:
+        return stage_run_name(name, parameters)
+
+    return task(fn, name=name, task_run_name=run_name, **options)
+
+
 _TASKS = StageTasks(
-    refresh_predictor=task(it.refresh_predictor, name="refresh-predictor"),
-    allocate_roots=task(it.allocate_roots, name="allocate-roots"),
-    generate_raw_rollouts=task(it.generate_raw_rollouts, name="generate-raw-rollouts", **_ENGINE),
-    score_prefixes=task(it.score_prefixes, name="score-prefixes"),
-    extend_prefixes=task(it.extend_prefixes, name="extend-prefixes", **_ENGINE),
-    verify_rewards=task(it.verify_rewards, name="verify-rewards"),
-    update_policy=task(it.update_policy, name="update-policy", **_ENGINE),
-    evaluate=task(it.evaluate, name="evaluate"),
-    record_iteration=task(it.record_iteration, name="record-iteration"),
+    refresh_predictor=_stage(it.refresh_predictor, "refresh-predictor"),
+    allocate_roots=_stage(it.allocate_roots, "allocate-roots"),
+    generate_raw_rollouts=_stage(it.generate_raw_rollouts, "generate-raw-rollouts", **_ENGINE),
+    score_prefixes=_stage(it.score_prefixes, "score-prefixes"),
+    extend_prefixes=_stage(it.extend_prefixes, "extend-prefixes", **_ENGINE),
+    verify_rewards=_stage(it.verify_rewards, "verify-rewards"),
+    update_policy=_stage(it.update_policy, "update-policy", **_ENGINE),
+    evaluate=_stage(it.evaluate, "evaluate"),
+    record_iteration=_stage(it.record_iteration, "record-iteration"),
 )
 
 

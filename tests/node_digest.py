@@ -28,5 +28,5 @@ if __name__ == "__main__":  # python tests/node_digest.py HOME RUN_ID  -> the di
     from pathlib import Path
 
     home, run = Path(sys.argv[1]), sys.argv[2]
-    frame = pl.read_parquet(home / "shards" / "nodes" / f"run={run}" / "**" / "final.parquet")
+    frame = pl.read_parquet(home / "shards" / "nodes" / f"run_id={run}" / "**" / "final.parquet")
     print(json.dumps(node_digest(frame), indent=1))

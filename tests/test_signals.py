@@ -50,7 +50,8 @@ def _alive(pid: int) -> bool:
 
 def _start_train(tmp_path: Path) -> tuple[subprocess.Popen, list[str], set[int]]:
     """``trace-rl train`` in a session of its own, once its first iteration runs; its descendants."""
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}  # the conftest's home is for in-process runs
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"),  # the conftest's home is for in-process runs
+           "PYTHONUNBUFFERED": "1"}  # the "iter 0" line as soon as it is logged
     env.pop("PREFECT_API_URL", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "train", "--config", str(ROOT / "configs" / "small-ci.yaml"),
@@ -59,9 +60,11 @@ def _start_train(tmp_path: Path) -> tuple[subprocess.Popen, list[str], set[int]]
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 120 and proc.poll() is None and not any("iter 0" in x for x in lines):
+    first = tmp_path / "home" / "runs" / "s" / "checkpoints" / "iter=00000"  # iteration 0 done
+    while time.monotonic() - t0 < 120 and proc.poll() is None and not first.is_dir():
         time.sleep(0.2)
     assert proc.poll() is None, "".join(lines[-20:])
+    assert first.is_dir(), "no iteration finished in 120 s: " + "".join(lines[-20:])
     started = _children(proc.pid)
     assert started, "no temporary server child"
     return proc, lines, started

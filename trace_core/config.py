@@ -1,7 +1,7 @@
 """The run configuration: one pydantic model per concern, composed into ``TrainConfig``.
 
 YAML files in ``configs/`` map 1:1 onto ``TrainConfig`` (sections ``run``, ``model``, ``env``,
-``sampling``, ``allocation``, ``predictor``, ``update``, ``warmup``, ``tracking``); every field
+``sampling``, ``allocation``, ``predictor``, ``update``, ``warmup``, ``tracking``, ``ray``); every field
 is documented once, in its own module. ``--set a.b=value`` overrides any field.
 """
 
@@ -10,12 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trace_core.advantage import AdvantageConfig
 from trace_core.allocation import AllocationConfig
 from trace_core.config_io import load_config
+from trace_core.datasets import DataConfig
 from trace_core.engines.base import SamplingConfig
+from trace_core.engines.config import VLLMConfig
+from trace_core.engines.pool import RayConfig
 from trace_core.envs.config import EnvConfig
 from trace_core.policy.config import ModelConfig, UpdateConfig, WarmupConfig
 from trace_core.predictor.config import PredictorConfig
@@ -47,11 +50,22 @@ class RunConfig(BaseModel):
         0, ge=0, le=100_000, description="Evaluate every k iterations (0 = only before the first and after the last).")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Torch device for generation and updates.")
     threads: int = Field(0, ge=0, le=1024, description="torch.set_num_threads on CPU (0 = leave torch's default).")
+    rollout_workers: int = Field(
+        0, ge=0, le=4096,
+        description="Rollout workers (Ray actors, settings in `ray`) that raw rollouts, extensions and evaluation "
+        "are sharded over; 0 = generate in the flow's own process.")
     stage_timeout_s: float | None = Field(
         None, gt=0,
         description="Seconds a generation (raw rollouts, extensions) or policy-update stage may run before it "
         "fails with a timeout, which is not retried (None = no limit). Size it well above the slowest "
         "normal iteration: it is there to end a hung engine or collective, not to pace training.")
+    keep_checkpoints: int | None = Field(
+        None, ge=1, le=100_000,
+        description="Iteration checkpoints (weights + optimizer state) kept, newest first; older ones are retired "
+        "(files removed, RETIRED.json left) once a newer iteration is recorded. None = keep all. 1 is enough "
+        "to resume after a crash; recomputing a lost output of iteration i needs checkpoint i-1.")
+    keep_best_checkpoint: bool = Field(
+        True, description="With keep_checkpoints set, also keep the checkpoint with the best held-out accuracy.")
 
 
 class TrainConfig(BaseModel):
@@ -70,6 +84,18 @@ class TrainConfig(BaseModel):
     update: UpdateConfig = Field(default_factory=UpdateConfig, description="Policy update (trace_core.policy.update).")
     warmup: WarmupConfig = Field(default_factory=WarmupConfig, description="SFT warm start (trace-rl warmup).")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="vLLM engine settings (run.engine=vllm).")
+    data: DataConfig = Field(default_factory=DataConfig,
+                             description="Training / held-out prompts from local dataset files (trace_core.datasets).")
+
+    @model_validator(mode="after")
+    def _heldout_for_data(self) -> TrainConfig:
+        d = self.data
+        if d.train and self.run.eval_tasks and not d.heldout and d.heldout_share == 0:
+            raise ValueError("data.train is set but there is no held-out split: set data.heldout, "
+                             "data.heldout_share > 0 or run.eval_tasks=0")
+        return self
+    ray: RayConfig = Field(default_factory=RayConfig, description="Rollout workers on Ray (trace_core.engines.pool).")
 
 
 def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:

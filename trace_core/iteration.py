@@ -30,7 +30,7 @@ from trace_core.advantage import compute_advantages
 from trace_core.allocation import get_strategy
 from trace_core.config import TrainConfig
 from trace_core.metrics import trajectory_metrics
-from trace_core.policy.live import load_policy_for
+from trace_core.policy.live import load_policy_for, rollouts
 from trace_core.pools import candidate_pool, heldout_pool, tasks_by_id
 from trace_core.records import (
     confirmed_confident_share,
@@ -52,10 +52,9 @@ from trace_core.results import (
     RootAllocation,
     Verified,
 )
-from trace_core.rollout import RolloutConfig, run_rollouts
-from trace_core.rollout import extend_prefixes as run_extensions
+from trace_core.rollout import RolloutConfig
 from trace_core.rollout_nodes import root_rows
-from trace_core.run import RunRef, iteration_seed
+from trace_core.run import RunRef, initial_checkpoint, iteration_seed
 from trace_core.shards import ShardWriter, read_shard, shard_path, write_parquet_atomic
 from trace_core.tree import nodes_frame
 from trace_core.utility import prefix_utility, root_utility
@@ -63,16 +62,19 @@ from trace_core.utility import prefix_utility, root_utility
 
 # ----------------------------------------------------------------------------- shared settings
 @lru_cache(maxsize=4)
-def _envs(env_json: str) -> dict:
+def _envs(env_json: str, data_json: str) -> dict:
+    from trace_core.datasets import DataConfig, data_envs
     from trace_core.envs import make_envs
     from trace_core.envs.config import EnvConfig
 
-    return make_envs(EnvConfig.model_validate_json(env_json))
+    env, data = EnvConfig.model_validate_json(env_json), DataConfig.model_validate_json(data_json)
+    return data_envs(env, data) if data.enabled else make_envs(env)
 
 
 def environments(cfg: TrainConfig) -> dict:
-    """One environment per family (built once per process: the QA search index is not free)."""
-    return _envs(cfg.env.model_dump_json())
+    """One environment per family (built once per process: the QA search index is not free);
+    with data files, one per family they hold, QA searching their corpus."""
+    return _envs(cfg.env.model_dump_json(), cfg.data.model_dump_json())
 
 
 def rollout_config(cfg: TrainConfig) -> RolloutConfig:
@@ -181,13 +183,12 @@ def _generation(nodes: pl.DataFrame, path: Path, t0: float) -> Generation:
 def _raw_rollouts(cfg: TrainConfig, ref: RunRef, iteration: int, checkpoint: str, prompts: pl.DataFrame,
                   stage: str) -> pl.DataFrame:
     chosen = prompts.filter(pl.col("m_alloc") > 0)
-    by_id = tasks_by_id(cfg, iteration)
-    pol = load_policy_for(cfg, checkpoint)
-    return run_rollouts(
-        pol.engine, pol.chat, environments(cfg), [by_id[p] for p in chosen["prompt_id"]], chosen["m_alloc"].to_list(),
-        sampling=_sampling(cfg, iteration, stage), cfg=rollout_config(cfg), seed=iteration_seed(cfg, iteration, stage),
-        run_id=ref.run_id, iteration=iteration, strategy=cfg.allocation.strategy,
-        v_pred=chosen["v_pred"].to_list(), utility=chosen["utility"].to_list())
+    by_id = tasks_by_id(cfg, iteration)  # on the rollout pool (run.rollout_workers) or here
+    return rollouts(
+        cfg, checkpoint, "raw", environments(cfg), tasks=[by_id[p] for p in chosen["prompt_id"]],
+        counts=chosen["m_alloc"].to_list(), sampling=_sampling(cfg, iteration, stage), cfg=rollout_config(cfg),
+        seed=iteration_seed(cfg, iteration, stage), run_id=ref.run_id, iteration=iteration,
+        strategy=cfg.allocation.strategy, v_pred=chosen["v_pred"].to_list(), utility=chosen["utility"].to_list())
 
 
 def generate_raw_rollouts(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str,
@@ -253,10 +254,9 @@ def extend_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: s
     counts = dict(zip(alloc["node_id"].to_list(), alloc["k"].to_list(), strict=True))
     new = nodes_frame([])
     if counts:
-        pol = load_policy_for(cfg, checkpoint)
-        new = run_extensions(pol.engine, pol.chat, environments(cfg), tasks_by_id(cfg, iteration),
-                             read_shard(raw.path), counts, sampling=_sampling(cfg, iteration, "extend"),
-                             cfg=rollout_config(cfg), seed=iteration_seed(cfg, iteration, "extend"))
+        new = rollouts(cfg, checkpoint, "extend", environments(cfg), tasks_by_prompt=tasks_by_id(cfg, iteration),
+                       nodes=read_shard(raw.path), counts=counts, sampling=_sampling(cfg, iteration, "extend"),
+                       cfg=rollout_config(cfg), seed=iteration_seed(cfg, iteration, "extend"))
     cont = _generation(new, write_parquet_atomic(new, ref.staging(iteration, "extensions")), t0)
     if not prefixes.wave_prompts:
         return Extensions(**{**cont.model_dump(), "seconds": time.perf_counter() - t0})
@@ -296,7 +296,7 @@ def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
 def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, verified: Verified) -> PolicyUpdate:
     """(7) One clipped-surrogate update on the iteration's trees; save the next checkpoint."""
     from trace_core.policy.checkpoint import has_trainer_state, load_checkpoint, save_checkpoint
-    from trace_core.policy.update import build_sequences, make_optimizer
+    from trace_core.policy.update import build_sequences, make_optimizer, reference_policy
     from trace_core.policy.update import update_policy as clipped_update
 
     t0 = time.perf_counter()
@@ -306,18 +306,29 @@ def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str
     nodes = read_shard(verified.nodes)
     tasks, envs = tasks_by_id(cfg, iteration), environments(cfg)
     messages = {p: envs[tasks[p].family].reset(tasks[p]).messages() for p in nodes["prompt_id"].unique()}
-    skip = get_strategy(cfg.allocation.strategy).drop_zero_variance or cfg.update.skip_zero_advantage
+    skip = get_strategy(cfg.allocation.strategy).drop_zero_variance or (
+        cfg.update.skip_zero_advantage and cfg.update.kl_coef == 0)  # with KL, A = 0 sequences still train
     seqs = build_sequences(nodes, pol.chat, messages, skip_zero_advantage=skip)
-    optimizer, scheduler = make_optimizer(pol.model, cfg.update)
-    if has_trainer_state(checkpoint):  # continue the optimizer of the last update
-        load_checkpoint(checkpoint, pol.model, optimizer=optimizer, scheduler=scheduler, restore_rng=False)
-    torch.manual_seed(iteration_seed(cfg, iteration, "update") % (2**31))
+    out, seed = ref.checkpoint(iteration), iteration_seed(cfg, iteration, "update")
+    reference = initial_checkpoint(cfg) if cfg.update.kl_coef > 0 else None  # KL to the warm-start policy
     pol.engine.sleep()  # a colocated vLLM engine frees the GPU for the trainer; a no-op for hf
-    stats = clipped_update(pol.model, optimizer, scheduler, seqs, cfg.update, pad_id=pol.tokenizer.pad_token_id,
-                           seed=iteration_seed(cfg, iteration, "update"))
-    out = ref.checkpoint(iteration)
-    save_checkpoint(out, pol.model, optimizer=optimizer, scheduler=scheduler, tokenizer=pol.tokenizer,
-                    cursor={"iteration": iteration + 1})
+    if cfg.update.strategy != "single" and seqs:  # torchrun ranks read the inputs from files, rank 0 saves
+        from trace_core.policy.distributed import UpdateJob, launch_update
+
+        job = UpdateJob(checkpoint=checkpoint, out=str(out), reference=reference, update=cfg.update, seed=seed,
+                        torch_seed=seed % (2**31), pad_id=pol.tokenizer.pad_token_id,
+                        cursor={"iteration": iteration + 1}, threads=cfg.run.threads)
+        stats = launch_update(job, seqs, ref.staging(iteration, "update").with_suffix(".job"))
+    else:
+        optimizer, scheduler = make_optimizer(pol.model, cfg.update)
+        if has_trainer_state(checkpoint):  # continue the optimizer of the last update
+            load_checkpoint(checkpoint, pol.model, optimizer=optimizer, scheduler=scheduler, restore_rng=False)
+        torch.manual_seed(seed % (2**31))
+        ref_model = reference_policy(reference, str(next(pol.model.parameters()).device)) if reference else None
+        stats = clipped_update(pol.model, optimizer, scheduler, seqs, cfg.update, pad_id=pol.tokenizer.pad_token_id,
+                               seed=seed, ref_model=ref_model)
+        save_checkpoint(out, pol.model, optimizer=optimizer, scheduler=scheduler, tokenizer=pol.tokenizer,
+                        cursor={"iteration": iteration + 1})
     pol.engine.wake()  # the next stage loads the new weights into it (policy.live.load_policy_for)
     return PolicyUpdate(checkpoint=str(out), stats={k: float(v) for k, v in stats.items()},
                         seconds=time.perf_counter() - t0)
@@ -326,17 +337,14 @@ def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str
 # ----------------------------------------------------------------------------- evaluate, record
 def evaluate(cfg: TrainConfig, checkpoint: str) -> Evaluation:
     """Held-out accuracy (mean sampled reward) per family and overall."""
-    from trace_core.rollout import evaluate_rewards
-
     t0 = time.perf_counter()
     tasks = heldout_pool(cfg)
     if not tasks or cfg.run.eval_tasks == 0:
         return Evaluation()
-    pol = load_policy_for(cfg, checkpoint)
     seed = iteration_seed(cfg, 0, "eval")  # the same episodes' randomness for every checkpoint
-    rewards = evaluate_rewards(pol.engine, pol.chat, environments(cfg), tasks, cfg.run.eval_samples,
-                               sampling=cfg.sampling.model_copy(update={"seed": seed % 2**31}),
-                               cfg=rollout_config(cfg), seed=seed)
+    rewards = rollouts(cfg, checkpoint, "eval", environments(cfg), tasks=tasks, samples=cfg.run.eval_samples,
+                       sampling=cfg.sampling.model_copy(update={"seed": seed % 2**31}),
+                       cfg=rollout_config(cfg), seed=seed)
     return _evaluation(tasks, rewards, time.perf_counter() - t0)
 
 

@@ -1,5 +1,7 @@
 """The prompt pools of a run: the fixed training set, each iteration's candidates, the held-out set.
 
+They come from the dataset files of the ``data`` section when it names training files
+(``trace_core.datasets``: weighted mixing, held-out split), else from the synthetic generators.
 Each pool depends only on the config and the iteration, so every strategy of a comparison sees
 the same prompts in the same order, and each is computed once per process (a stage asks for
 the tasks it needs by prompt id instead of re-deriving the pool).
@@ -25,7 +27,12 @@ def _training_set(env_json: str, n: int, seed: int) -> tuple[Task, ...]:
 
 
 def training_set(cfg: TrainConfig) -> tuple[Task, ...]:
-    """The fixed training prompts (``run.train_prompts`` of them) candidates are drawn from."""
+    """The fixed training prompts (``run.train_prompts`` of them, or every usable row of the
+    data files) candidates are drawn from."""
+    if cfg.data.enabled:
+        from trace_core.datasets import loaded
+
+        return loaded(cfg.data).train_tasks
     return _training_set(cfg.env.model_dump_json(), cfg.run.train_prompts, iteration_seed(cfg, 0, "train-set"))
 
 
@@ -35,6 +42,11 @@ def _candidates(cfg_json: str, iteration: int) -> tuple[Task, ...]:
 
     cfg = TrainConfig.model_validate_json(cfg_json)
     seed = iteration_seed(cfg, iteration, "pool")
+    if cfg.data.enabled:
+        from trace_core.datasets import loaded, weighted_pick
+
+        data = loaded(cfg.data)
+        return weighted_pick(data, min(cfg.run.candidate_pool, len(data.train_tasks)), np.random.default_rng(seed))
     if cfg.run.train_prompts == 0:
         return tuple(sample_tasks(cfg.env, cfg.run.candidate_pool, seed=seed))
     train = training_set(cfg)
@@ -45,14 +57,16 @@ def _candidates(cfg_json: str, iteration: int) -> tuple[Task, ...]:
 
 def _pool_key(cfg: TrainConfig) -> str:
     """The config fields a pool depends on (the rest of the config does not change it)."""
-    run = cfg.run.model_dump(include={"seed", "train_prompts", "candidate_pool"})
-    return TrainConfig.model_validate({"run": run, "env": cfg.env.model_dump()}).model_dump_json()
+    run = cfg.run.model_dump(include={"seed", "train_prompts", "candidate_pool", "eval_tasks"})
+    return TrainConfig.model_validate({"run": run, "env": cfg.env.model_dump(),
+                                       "data": cfg.data.model_dump()}).model_dump_json()
 
 
 def candidate_pool(cfg: TrainConfig, iteration: int) -> tuple[Task, ...]:
     """Iteration ``i``'s candidate prompts: a function of (run seed, i) only. With
     ``run.train_prompts`` they are a random subset of the fixed training set (prompts recur
-    across iterations); with 0 a fresh synthetic pool each iteration."""
+    across iterations); with 0 a fresh synthetic pool each iteration; with data files a sample
+    mixed by the files' weights."""
     return _candidates(_pool_key(cfg), iteration)
 
 
@@ -68,8 +82,14 @@ def tasks_by_id(cfg: TrainConfig, iteration: int) -> dict[str, Task]:
 
 def heldout_pool(cfg: TrainConfig) -> list[Task]:
     """Held-out prompts for accuracy: fixed per config, disjoint from the training stream,
-    about ``run.eval_tasks`` of them spread evenly over the (family, difficulty) cells."""
+    about ``run.eval_tasks`` of them spread evenly over the (family, difficulty) cells (with data
+    files: drawn from their held-out split)."""
     from trace_core.policy.evaluate import heldout_tasks
+
+    if cfg.data.enabled:
+        from trace_core.datasets import heldout_pick, loaded
+
+        return heldout_pick(loaded(cfg.data), cfg.run.eval_tasks, cfg.run.seed)
 
     fams = [f for f, w in cfg.env.families.items() if w > 0]
     cells = len(fams) * len(cfg.env.difficulties)

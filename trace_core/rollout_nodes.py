@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from trace_core.tree import NODE_SCHEMA, node_id, nodes_frame
+from trace_core.tree import NODE_SCHEMA, node_id, nodes_frame, with_anchors
 
 if TYPE_CHECKING:  # the envs package imports every family's tools (search index, ...)
     from trace_core.envs.base import Task
@@ -68,13 +68,14 @@ def subtree_stats(nodes: pl.DataFrame) -> SubtreeStats:
 
 
 def finalize_tree(nodes: pl.DataFrame, stats: SubtreeStats | None = None) -> pl.DataFrame:
-    """Fill ``subtree_mean_reward`` / ``subtree_count`` (leaves with a reward below each node).
+    """Fill ``subtree_mean_reward`` / ``subtree_count`` (leaves with a reward below each node)
+    and the trajectories' anchors (``tree.with_anchors``).
 
     Works on any number of trees at once; nodes without a rewarded leaf below get null / 0.
     ``stats``: ``subtree_stats(nodes)`` if the caller already has it (no second walk).
     """
     st = stats if stats is not None else subtree_stats(nodes)
-    return nodes.with_columns(
+    return with_anchors(nodes).with_columns(
         pl.Series("subtree_mean_reward", st.mean, dtype=pl.Float64, nan_to_null=True)
         .cast(NODE_SCHEMA["subtree_mean_reward"]),
         pl.Series("subtree_count", st.count, dtype=NODE_SCHEMA["subtree_count"]),

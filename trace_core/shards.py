@@ -1,10 +1,14 @@
 """Parquet shards of the node store: declared table schemas, deterministic paths, atomic writes.
 
-Layout under a home directory ``DIR``::
+Layout under a home directory ``DIR`` (hive partitions named like the columns, so DuckDB's
+views read ``run_id`` / ``iteration`` from the path and skip the files a filter excludes)::
 
-    DIR/shards/{table}/_schema.parquet                              empty, declares the columns
-    DIR/shards/{table}/run={run_id}/iter={iteration:05d}/{stage}.parquet
-    DIR/shards/{table}/run={run_id}/{stage}.parquet                  tables without an iteration
+    DIR/shards/{table}/_schema.parquet                                   empty, declares the columns
+    DIR/shards/{table}/run_id={run_id}/iteration={iteration:05d}/{stage}.parquet
+    DIR/shards/runs/run_id={run_id}/{stage}.parquet                      the one table without an iteration
+
+Homes written in the older ``run=R/iter=N`` layout are moved into this one when opened
+(``trace_core.store_migrate``).
 
 A shard is written to a temporary name in its own directory, fsynced, then ``os.replace``d onto
 its final name, so a reader sees either the whole shard or none of it, and re-running a stage
@@ -17,11 +21,13 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from itertools import takewhile
 from pathlib import Path
 
 import polars as pl
 
-from trace_core.tree import NODE_SCHEMA
+from trace_core import objstore
+from trace_core.tree import NODE_SCHEMA, with_anchors
 
 PROMPT_SCHEMA: dict[str, pl.DataType] = {
     "run_id": pl.Utf8,
@@ -75,8 +81,14 @@ RUN_SCHEMA: dict[str, pl.DataType] = {
     "config_hash": pl.Utf8,
     "config_json": pl.Utf8,
     "seed": pl.Int64,
+    "status": pl.Utf8,  # 'running' | 'finished' | 'failed'
     "started_at": pl.Datetime("us"),
+    "finished_at": pl.Datetime("us"),  # null while running
+    "git_commit": pl.Utf8,  # HEAD of the checkout the run's code came from; null outside a git checkout
 }
+
+#: tables written once per run, not per iteration (their shards sit directly under ``run_id=R/``)
+RUN_TABLES = frozenset({"runs"})
 
 TABLES: dict[str, dict[str, pl.DataType]] = {
     "nodes": NODE_SCHEMA,
@@ -91,6 +103,9 @@ SCHEMA_SHARD = "_schema.parquet"
 # zstd level 1: ~as fast as lz4/snappy with polars, smaller files (measured in bench_store.py)
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 1
+# no row-group statistics: every row group of a shard spans the same run, iteration and depths, so
+# they prune nothing (the hive path prunes run_id / iteration), and writing them costs ~10% of a write
+STATISTICS = False
 
 
 GLOB_CHARS = frozenset("*?[]{}")  # DuckDB expands these in read_parquet paths; no escape exists
@@ -124,14 +139,28 @@ def table_dir(home_dir: str | Path, table: str) -> Path:
     return Path(home_dir) / "shards" / table
 
 
-def shard_path(home_dir: str | Path, table: str, run_id: str, stage: str, iteration: int | None = None) -> Path:
-    """Deterministic shard path: the same (table, run, iteration, stage) always maps here."""
-    base = table_dir(home_dir, table) / f"run={_check_name('run_id', run_id)}"
+def shard_relpath(table: str, run_id: str, stage: str, iteration: int | None = None) -> str:
+    """Deterministic shard path under the home: the same (table, run, iteration, stage) always maps
+    here. Every table but ``runs`` is partitioned by iteration too (one layout per table's view)."""
+    table_schema(table)
+    base = f"shards/{table}/run_id={_check_name('run_id', run_id)}"
+    if (iteration is None) != (table in RUN_TABLES):
+        raise ValueError(f"table {table!r} shards {'take no' if table in RUN_TABLES else 'need an'} iteration")
     if iteration is not None:
         if iteration < 0:
             raise ValueError(f"iteration must be >= 0, got {iteration}")
-        base = base / f"iter={iteration:05d}"
-    return base / f"{_check_name('stage', stage)}.parquet"
+        base += f"/iteration={iteration:05d}"
+    return f"{base}/{_check_name('stage', stage)}.parquet"
+
+
+def shard_path(home_dir: str | Path, table: str, run_id: str, stage: str, iteration: int | None = None) -> Path:
+    """``shard_relpath`` under a local home."""
+    return Path(home_dir) / shard_relpath(table, run_id, stage, iteration)
+
+
+def shard_url(home: str, table: str, run_id: str, stage: str, iteration: int | None = None) -> str:
+    """``shard_relpath`` under an object-storage home (``s3://bucket/prefix``)."""
+    return f"{home.rstrip('/')}/{shard_relpath(table, run_id, stage, iteration)}"
 
 
 def conform(frame: pl.DataFrame, table: str) -> pl.DataFrame:
@@ -157,23 +186,27 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> Path:
     named ``*.tmp`` so the views' ``*.parquet`` glob never matches a half-written shard, created
     with mode 0666 less the umask (0644 usually: other users can query; ``mkstemp`` gives 0600).
     """
+    created = list(takewhile(lambda d: not d.is_dir(), (path.parent, *path.parent.parents)))  # parents to sync
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.stem}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
-            frame.write_parquet(fh, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL, statistics=True)
+            frame.write_parquet(fh, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL,
+                               statistics=STATISTICS)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)  # make the rename itself durable across a power cut
+    for d in (path.parent, *[c.parent for c in created]):  # the rename and new directories survive a power cut
+        fsync_dir(d)
     return path
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Flush a directory's entries (a rename or a new file in it) to disk; best effort."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -187,11 +220,33 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def ensure_schema_shards(home_dir: str | Path) -> None:
-    """An empty shard per table, so the views bind (with the declared columns) before any data."""
+    """An empty shard per table, so the views bind (with the declared columns) before any data;
+    rewritten when the declared columns changed. A home in the older layout is moved first."""
+    from trace_core.store_migrate import migrate_layout  # it writes shards through this module
+
+    if objstore.is_remote(home_dir):  # object storage homes never had the old layout
+        for table, schema in TABLES.items():
+            if not objstore.exists(url := f"{str(home_dir).rstrip('/')}/shards/{table}/{SCHEMA_SHARD}"):
+                objstore.put_parquet(pl.DataFrame(schema=schema), url)
+        return
+    migrate_layout(home_dir)
     for table, schema in TABLES.items():
         path = table_dir(home_dir, table) / SCHEMA_SHARD
-        if not path.exists():
+        if not path.exists() or _schema_of(path) != schema:
             write_parquet_atomic(pl.DataFrame(schema=schema), path)
+
+
+def _schema_of(path: Path) -> dict | None:
+    try:
+        return dict(pl.read_parquet_schema(path))
+    except (pl.exceptions.PolarsError, OSError):
+        return None  # unreadable: rewritten (it holds no rows)
+
+
+def table_glob(table: str) -> str:
+    """The data shards of ``table`` relative to the home, as the views' ``read_parquet`` reads them."""
+    table_schema(table)
+    return f"shards/{table}/run_id=*/" + ("" if table in RUN_TABLES else "iteration=*/") + "*.parquet"
 
 
 def write_shard(
@@ -208,14 +263,28 @@ def write_shard(
     Rows whose ``run_id`` differs from ``run_id`` are rejected (they would land in another run's
     partition). Returns the shard path (a small, serialisable reference for Prefect tasks).
     """
+    remote = objstore.is_remote(home_dir)
+    path = (shard_url if remote else shard_path)(home_dir, table, run_id, stage, iteration)
+    if table == "nodes" and _lacks_anchors(frame):
+        frame = with_anchors(frame)
     out = conform(frame, table)
-    if out.height and out.filter(pl.col("run_id") != run_id).height:
+    # the partition path states run_id / iteration: a row saying otherwise would be misread
+    if out.select((pl.col("run_id") != run_id).any()).item():
         raise ValueError(f"{table} rows with run_id other than {run_id!r} in shard {stage!r}")
-    if iteration is not None and "iteration" in out.columns and out.height:
-        if out.filter(pl.col("iteration") != iteration).height:
-            raise ValueError(f"{table} rows with iteration other than {iteration} in shard {stage!r}")
+    if iteration is not None and out.select((pl.col("iteration") != iteration).any()).item():
+        raise ValueError(f"{table} rows with iteration other than {iteration} in shard {stage!r}")
     ensure_schema_shards(home_dir)
-    return write_parquet_atomic(out, shard_path(home_dir, table, run_id, stage, iteration))
+    if remote:  # one PUT: the object is whole or absent
+        return objstore.put_parquet(out, path, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL,
+                                    statistics=STATISTICS)
+    return write_parquet_atomic(out, path)
+
+
+def _lacks_anchors(frame: pl.DataFrame) -> bool:
+    """True when some non-root node has no ``anchor_id`` (a frame built without ``finalize_tree``)."""
+    if "anchor_id" not in frame.columns:
+        return "depth" in frame.columns and "trajectory_id" in frame.columns
+    return frame.select((pl.col("anchor_id").is_null() & (pl.col("depth") > 0)).any()).item()
 
 
 class CorruptShard(ValueError):
@@ -271,7 +340,7 @@ class ShardWriter:
     """
 
     def __init__(self, home_dir: str | Path, run_id: str, *, strategy: str | None = None):
-        self.home_dir = Path(home_dir)
+        self.home_dir = str(home_dir) if objstore.is_remote(home_dir) else Path(home_dir)
         self.run_id = _check_name("run_id", run_id)
         self.strategy = strategy
         ensure_schema_shards(self.home_dir)
@@ -289,6 +358,9 @@ class ShardWriter:
         return write_shard(self.home_dir, table, frame, run_id=self.run_id, stage=stage, iteration=iteration)
 
     def path(self, table: str, *, stage: str, iteration: int | None = None) -> Path:
+        """The shard's path (its ``s3://`` URL, a string, under an object-storage home)."""
+        if isinstance(self.home_dir, str):
+            return shard_url(self.home_dir, table, self.run_id, stage, iteration)
         return shard_path(self.home_dir, table, self.run_id, stage, iteration)
 
     def remove(self, table: str, *, stage: str, iteration: int | None = None) -> bool:

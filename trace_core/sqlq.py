@@ -13,7 +13,7 @@ from typing import Literal
 
 import polars as pl
 
-from trace_core import store
+from trace_core import objstore, store
 from trace_core.shards import check_home_path
 
 OutputFormat = Literal["table", "csv", "parquet"]
@@ -46,7 +46,8 @@ def describe_query(name: str) -> str:
 def run_named_query(home_dir: str | Path, name: str, run_id: str | None = None, *,
                     skip_bad: bool = False) -> pl.DataFrame:
     """Run ``sql/NAME.sql`` over the shards under ``home_dir``; ``run_id=None`` = all runs;
-    ``skip_bad``: leave out shards that do not open (``CorruptShard`` names the first otherwise)."""
+    ``skip_bad``: leave out shards that do not open (``CorruptShard`` names the first otherwise).
+    ``home_dir`` may be an object-storage home (``s3://bucket/prefix``, see ``trace_core.objstore``)."""
     return store.query(home_dir, load_query(name), {"run_id": run_id}, skip_bad=skip_bad)
 
 
@@ -80,15 +81,17 @@ def sql_command(
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
     load_query(name)  # an unknown name fails before the home is looked at
-    home = check_home_path(home_dir)  # glob characters would read other homes' shards
-    if home.exists() and not home.is_dir():
-        raise NotADirectoryError(f"home {home} is a file, not a run home directory")
-    if not store.has_store(home):  # a mistyped --home: say so, create nothing
-        raise FileNotFoundError(f"no node store under {home} (no shards/ or {store.CATALOG_FILE}); check --home")
+    home_dir = objstore.normalize(home_dir)
+    if objstore.is_remote(home_dir):
+        home = str(home_dir)
+        if not store.has_store(home):
+            raise FileNotFoundError(f"no node store under {home} (no shards/); check --home")
+    else:
+        home = _local_home(home_dir)
     path = Path(output) if output is not None else (Path(f"{name}.parquet") if fmt == "parquet" else None)
     if path is not None and path.is_dir():
         raise IsADirectoryError(f"--out {path} is a directory; give a file path")
-    frame = run_named_query(home_dir, name, run_id=run_id, skip_bad=skip_bad)
+    frame = run_named_query(home, name, run_id=run_id, skip_bad=skip_bad)
     if fmt == "parquet":
         frame.write_parquet(path)
         return f"wrote {frame.height} rows to {path}"
@@ -96,3 +99,12 @@ def sql_command(
     if path is not None:
         path.write_text(text)
     return text
+
+
+def _local_home(home_dir: str | Path) -> Path:
+    home = check_home_path(home_dir)  # glob characters would read other homes' shards
+    if home.exists() and not home.is_dir():
+        raise NotADirectoryError(f"home {home} is a file, not a run home directory")
+    if not store.has_store(home):  # a mistyped --home: say so, create nothing
+        raise FileNotFoundError(f"no node store under {home} (no shards/ or {store.CATALOG_FILE}); check --home")
+    return home

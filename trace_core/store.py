@@ -25,7 +25,17 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from trace_core.shards import CorruptShard, bad_shards, check_home_path, ensure_schema_shards, table_shards
+from trace_core import objstore
+from trace_core.shards import (
+    GLOB_CHARS,
+    SCHEMA_SHARD,
+    CorruptShard,
+    bad_shards,
+    check_home_path,
+    ensure_schema_shards,
+    table_glob,
+    table_shards,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +61,17 @@ def schema_sql(home_dir: str | Path | None = None, exclude: Collection[Path] = (
     text = (sql_dir() / "schema.sql").read_text()
     if home_dir is None:
         return text
+    if objstore.is_remote(home_dir):  # s3://bucket/prefix: read through the registered filesystem
+        if set(str(home_dir)) & GLOB_CHARS:
+            raise ValueError(f"home {str(home_dir)!r} holds glob characters; choose a prefix without them")
+        return text.replace("read_parquet('shards/", f"read_parquet({_literal(str(home_dir).rstrip('/'))[:-1]}/shards/")
     home = check_home_path(home_dir)
     text = text.replace("read_parquet('shards/", f"read_parquet({_literal(home)[:-1]}/shards/")
     skip = {Path(p).resolve() for p in exclude}
     for table in sorted({p.relative_to(home / "shards").parts[0] for p in skip}):
-        keep = [_literal(f) for f in table_shards(home, table) if f.resolve() not in skip]
-        glob = _literal(home / "shards" / table / "**" / "*.parquet")
-        text = text.replace(f"read_parquet({glob}", f"read_parquet([{', '.join(keep)}]")
+        keep = [_literal(f) for f in table_shards(home, table) if f.resolve() not in skip and f.name != SCHEMA_SHARD]
+        text = text.replace(f"read_parquet({_literal(home / table_glob(table))}",
+                            f"read_parquet([{', '.join(keep)}]::VARCHAR[]")
     return text
 
 
@@ -82,7 +96,14 @@ def _apply_schema(con: duckdb.DuckDBPyConnection, home: Path) -> None:
 
 def connect(home_dir: str | Path, exclude: Collection[Path] = ()) -> duckdb.DuckDBPyConnection:
     """A private in-memory DuckDB with the store's views over ``home_dir``'s shards (less the
-    files in ``exclude``)."""
+    files in ``exclude``). An ``s3://`` home is read through pyarrow's S3 filesystem
+    (``trace_core.objstore``): DuckDB's httpfs extension would have to be downloaded first."""
+    if objstore.is_remote(home_dir):
+        ensure_schema_shards(home_dir)
+        con = duckdb.connect(":memory:")
+        con.register_filesystem(objstore.fsspec_filesystem())
+        con.execute(schema_sql(home_dir))
+        return con
     home = check_home_path(home_dir)  # the search path is globbed too
     ensure_schema_shards(home)
     con = duckdb.connect(":memory:", config=_config(home))
@@ -111,6 +132,9 @@ def ensure_catalog(home_dir: str | Path) -> bool:
     case while training writes shards): it warns and leaves the existing catalogue alone. The
     views are globs, so new shards show up in an existing catalogue without a refresh.
     """
+    if objstore.is_remote(home_dir):
+        raise ValueError(f"the catalogue file needs a local home, not {home_dir}; query an object-storage "
+                         "home with `trace-rl sql NAME --home s3://...` (trace_core.store.query)")
     home = check_home_path(home_dir)
     home.mkdir(parents=True, exist_ok=True)
     ensure_schema_shards(home)
@@ -149,6 +173,8 @@ def statement_params(sql: str) -> list[str]:
 
 def has_store(home_dir: str | Path) -> bool:
     """True if ``home_dir`` holds a node store (its ``shards/`` or its catalogue)."""
+    if objstore.is_remote(home_dir):
+        return objstore.has_objects(f"{str(home_dir).rstrip('/')}/shards")
     home = Path(home_dir)
     return (home / "shards").is_dir() or catalog_path(home).is_file()
 
@@ -165,6 +191,9 @@ def query(home_dir: str | Path, sql: str, params: dict | None = None, *, skip_ba
     if unknown - {"run_id"}:
         raise ValueError(f"parameters {sorted(unknown)} are not used by the statement")
     bound = {name: given.get(name) for name in statement_params(sql)}
+    if objstore.is_remote(home_dir):  # no local files to check one by one
+        with connect(home_dir) as con:
+            return con.sql(sql, params=bound).pl()
     skip = _skipped(bad_shards(home_dir)) if skip_bad else {}  # footers: cheap, catches truncation
     try:
         with connect(home_dir, exclude=skip) as con:

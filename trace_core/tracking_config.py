@@ -24,3 +24,9 @@ class TrackingConfig(BaseModel):
     max_buffer: int = Field(
         200_000, ge=100, le=10_000_000, description="Records kept during an outage; the oldest metrics go first."
     )
+    log_model: bool = Field(
+        True, description="Log the final checkpoint (weights, tokenizer, the run's config) as the run's MLflow "
+        "model 'policy' (a pyfunc model from code: tracking/policy_model.py).")
+    registered_model_name: str | None = Field(
+        None, min_length=1, max_length=256,
+        description="Register the logged model under this name in the MLflow model registry (None = not registered).")

@@ -24,6 +24,8 @@ NODE_SCHEMA: dict[str, pl.DataType] = {
     "difficulty": pl.Int32,
     "depth": pl.Int32,  # turn index; 0 = root (prompt)
     "origin": pl.Utf8,  # 'root' | 'raw' | 'extension'
+    "anchor_id": pl.Utf8,  # the node this node's trajectory branched from (the root for raw rollouts); None for roots
+    "anchor_trajectory_id": pl.Utf8,  # the trajectory through the anchor (None when the anchor is the root)
     "action_text": pl.Utf8,
     "observation_text": pl.Utf8,
     "action_token_ids": pl.List(pl.Int32),
@@ -57,6 +59,28 @@ def nodes_frame(rows: list[dict]) -> pl.DataFrame:
         return empty_nodes()
     full = [{k: r.get(k) for k in NODE_SCHEMA} for r in rows]
     return pl.DataFrame(full, schema=NODE_SCHEMA)
+
+
+def with_anchors(nodes: pl.DataFrame) -> pl.DataFrame:
+    """``nodes`` with ``anchor_id`` / ``anchor_trajectory_id`` filled from the parent links.
+
+    A trajectory's anchor is the parent of its first (shallowest) node: the prompt's root for a
+    raw rollout, the prefix node for a continuation; every node of the trajectory carries it, so
+    the store groups trajectories by anchor in one pass. ``anchor_trajectory_id`` is the
+    trajectory through the anchor (the raw rollout a continuation contrasts with). Both need the
+    anchor's tree in ``nodes`` (one iteration's trees: the flow's final shard holds them).
+    """
+    scope = [c for c in ("run_id", "iteration") if c in nodes.columns]  # ids are unique within these
+    steps = nodes.filter(pl.col("trajectory_id").is_not_null() & (pl.col("depth") > 0))
+    anchors = steps.group_by(*scope, "trajectory_id").agg(
+        pl.col("parent_id").sort_by("depth").first().alias("anchor_id"))
+    through = nodes.select(*scope, pl.col("node_id").alias("anchor_id"),
+                           pl.col("trajectory_id").alias("anchor_trajectory_id")).unique([*scope, "anchor_id"])
+    anchors = anchors.join(through, on=[*scope, "anchor_id"], how="left", nulls_equal=True)
+    out = (nodes.drop("anchor_id", "anchor_trajectory_id", strict=False)
+           .join(anchors, on=[*scope, "trajectory_id"], how="left", maintain_order="left", nulls_equal=True)
+           .with_columns(pl.col("anchor_id", "anchor_trajectory_id").cast(pl.Utf8)))
+    return out.select(sorted(out.columns, key=lambda c: list(NODE_SCHEMA).index(c) if c in NODE_SCHEMA else 999))
 
 
 def node_id(*parts: object) -> str:

@@ -95,7 +95,7 @@ class Tracker:
 
     >>> with Tracker(home, "run-1") as tr:
     ...     tr.log_params(config_dict)
-    ...     tr.log_metrics({"effective_ratio": 0.52}, step=3)
+    ...     tr.log_metrics({"effective/ratio": 0.52}, step=3)
     """
 
     def __init__(
@@ -123,6 +123,7 @@ class Tracker:
         self._wake = False
         self._client = None
         self._mlflow_run_id: str | None = None
+        self.experiment_id: str | None = None  # known once the MLflow run is opened
         self.last_error: str | None = None
         self.failures = 0
         self.dropped = 0
@@ -163,6 +164,19 @@ class Tracker:
         path.write_text(text)
         self.log_artifact(path, artifact_path)
         return path
+
+    def log_inputs(self, datasets: list[dict[str, Any]]) -> None:
+        """Dataset inputs of the run (``tracking.registry.dataset_records``)."""
+        if datasets:
+            self._put({"op": "inputs", "datasets": datasets})
+
+    def log_model(self, checkpoint: str | Path, config_path: str | Path, *, registered_model_name: str | None = None,
+                  source: str = "") -> None:
+        """The policy at ``checkpoint`` (a staged copy of its weights and tokenizer) with the run's
+        config as the run's MLflow model, registered under ``registered_model_name`` when given."""
+        self._put({"op": "model", "checkpoint": str(Path(checkpoint).resolve()),
+                   "config": str(Path(config_path).resolve()), "registered_model_name": registered_model_name,
+                   "run": self.run_id, "source": source})
 
     @property
     def mlflow_run_id(self) -> str | None:
@@ -316,7 +330,7 @@ class Tracker:
                 raise RuntimeError("parent MLflow run not created yet")
             tags["mlflow.parentRunId"] = parent_id
         run = self._client.create_run(self._experiment_id(), run_name=self._run_name, tags=tags)
-        self._mlflow_run_id = run.info.run_id
+        self._mlflow_run_id, self.experiment_id = run.info.run_id, run.info.experiment_id
         _write_atomic(self.run_dir / "mlflow_run_id", run.info.run_id)
 
     def _resume(self, mlflow_run_id: str) -> bool:
@@ -332,6 +346,7 @@ class Tracker:
             return False
         if run.info.status != "RUNNING":
             self._client.update_run(mlflow_run_id, status="RUNNING")
+        self.experiment_id = run.info.experiment_id
         return True
 
     def _experiment_id(self) -> str:
@@ -367,6 +382,14 @@ class Tracker:
             self._client.log_batch(rid, tags=[RunTag(k, v) for k, v in op["tags"].items()])
         elif kind == "artifact":
             self._client.log_artifact(rid, op["path"], op.get("artifact_path"))
+        elif kind == "inputs":
+            from tracking.registry import send_datasets
+
+            send_datasets(self._client, rid, op["datasets"])
+        elif kind == "model":
+            from tracking.registry import send_model
+
+            send_model(self.tracking_uri, rid, op)
         elif kind == "terminate":
             self._client.set_terminated(rid, status=op["status"])
         else:

@@ -7,10 +7,12 @@ can be drawn from any thread and never need a display.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 import polars as pl
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from trace_core.sqlq import run_named_query
 
@@ -23,9 +25,11 @@ def new_figure() -> tuple[Figure, object]:
     return fig, fig.add_subplot()
 
 
-def save_figure(fig: Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+def save_figure(fig: Figure, path: Path | BinaryIO) -> Path | BinaryIO:
+    """PNG to a file (its directory created) or a binary buffer; no metadata text chunks."""
+    if isinstance(path, Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", metadata={"Software": None})
     return path
 
 
@@ -44,6 +48,7 @@ def plot_effective_ratio(by_iteration: pl.DataFrame, path: Path) -> Path:
     else:
         no_data(ax, "iterations")
     ax.set(xlabel="iteration", ylabel="share of trajectories", ylim=(0, 1), title="Effective ratio")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return save_figure(fig, path)
 
 
@@ -61,6 +66,7 @@ def plot_accuracy(iterations: pl.DataFrame, path: Path) -> Path:
     else:
         no_data(ax, "accuracy")
     ax.set(xlabel="iteration", ylabel="held-out accuracy", ylim=(0, 1), title="Accuracy")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return save_figure(fig, path)
 
 
@@ -88,6 +94,24 @@ def plot_calibration(bins: pl.DataFrame, path: Path) -> Path:
     ax.legend()
     ax.set(xlabel="predicted success", ylabel="observed success", xlim=(0, 1), ylim=(0, 1),
            title="Predictor calibration")
+    return save_figure(fig, path)
+
+
+def plot_waste(frame: pl.DataFrame, by: str, path: Path | BinaryIO, *, title: str, xlabel: str) -> Path | BinaryIO:
+    """Trajectories generated and wasted per value of ``by`` (a named wasted_by_* query's rows:
+    columns ``by``, trajectories, wasted; rows with the same ``by`` are summed)."""
+    fig, ax = new_figure()
+    if frame.height:
+        agg = frame.group_by(by).agg(pl.col("trajectories").sum(), pl.col("wasted").sum()).sort(by)
+        labels = [str(v) for v in agg[by]]
+        ax.bar(labels, agg["trajectories"], color="#9ecae1", label="generated")
+        ax.bar(labels, agg["wasted"], color="#de2d26", label="wasted")
+        for x, (t, w) in enumerate(zip(agg["trajectories"], agg["wasted"], strict=True)):
+            ax.text(x, t, f"{w / t:.0%}" if t else "", ha="center", va="bottom", fontsize=8)
+        ax.legend()
+    else:
+        no_data(ax, "trajectories")
+    ax.set(xlabel=xlabel, ylabel="trajectories", title=title)
     return save_figure(fig, path)
 
 

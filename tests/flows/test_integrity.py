@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (TINY_WARM_DIR / "config.
 
 
 def _digest(home: Path, run_id: str) -> dict[str, str]:
-    return node_digest(pl.read_parquet(home / "shards" / "nodes" / f"run={run_id}" / "**" / "final.parquet"))
+    return node_digest(pl.read_parquet(home / "shards" / "nodes" / f"run_id={run_id}" / "**" / "final.parquet"))
 
 
 def test_lost_outputs_are_recomputed_on_resume(prefect_server, tmp_path):
@@ -33,7 +33,7 @@ def test_lost_outputs_are_recomputed_on_resume(prefect_server, tmp_path):
     train_flow(cfg, run_id="r", home=str(home))
     first = _digest(home, "r")
 
-    final0 = home / "shards" / "nodes" / "run=r" / "iter=00000" / "final.parquet"
+    final0 = home / "shards" / "nodes" / "run_id=r" / "iteration=00000" / "final.parquet"
     checkpoint0 = run / "checkpoints" / "iter=00000"
     raw1 = run / "staging" / "iter=00001" / "raw.parquet"
     kept = run / "staging" / "iter=00000" / "raw.parquet"  # nothing wrong with it: replayed, not rewritten

@@ -35,7 +35,7 @@ def _env(state: Path) -> dict:
 
 
 def _nodes(home: Path, run_id: str) -> pl.DataFrame:
-    files = sorted((home / "shards" / "nodes" / f"run={run_id}").glob("iter=*/final.parquet"))
+    files = sorted((home / "shards" / "nodes" / f"run_id={run_id}").glob("iteration=*/final.parquet"))
     return pl.concat([pl.read_parquet(f) for f in files]).drop(VOLATILE).sort("node_id")
 
 
@@ -53,7 +53,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not (killed_home / "shards" / "iterations" / "run=r" / "iter=00001").exists()
+    assert not (killed_home / "shards" / "iterations" / "run_id=r" / "iteration=00001").exists()
     finished = sorted((killed_home / "runs" / "r" / "staging").glob("iter=*/*.parquet"))
     stamps = {p: p.stat().st_mtime_ns for p in finished}
     # 2. the same command resumes and finishes
@@ -73,5 +73,5 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
 
     client = MlflowClient(tracking_uri=f"sqlite:///{killed_home / 'mlflow.db'}")
     mlflow_run = (killed_home / "runs" / "r" / "mlflow_run_id").read_text().strip()
-    steps = sorted(m.step for m in client.get_metric_history(mlflow_run, "effective_ratio"))
+    steps = sorted(m.step for m in client.get_metric_history(mlflow_run, "effective/ratio"))
     assert steps == [1, 2]

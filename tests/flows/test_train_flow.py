@@ -29,7 +29,7 @@ def trained(prefect_server, tmp_path_factory):
 def test_flow_writes_every_iteration(trained):
     home, cfg, out = trained
     assert [r["iteration"] for r in out["iterations"]] == list(range(cfg.run.iterations))
-    nodes = pl.read_parquet(home / "shards" / "nodes" / "run=e2e" / "**" / "final.parquet")
+    nodes = pl.read_parquet(home / "shards" / "nodes" / "run_id=e2e" / "**" / "final.parquet")
     assert nodes["node_id"].n_unique() == nodes.height  # no duplicated node
     leaves = nodes.filter(pl.col("is_leaf"))
     assert leaves["reward"].null_count() == 0 and leaves["reward_reason"].null_count() == 0
@@ -51,8 +51,10 @@ def test_catalogue_answers_wasted_queries(trained):
     assert dict(wasted.select("iteration", "effective_ratio").iter_rows()) == flow
     con = duckdb.connect(str(home / "trace.duckdb"), read_only=True)
     n = con.execute("select count(*) from nodes where run_id = 'e2e'").fetchone()[0]
+    runs = con.execute("select run_id, status, strategy, finished_at >= started_at from runs").fetchall()
     con.close()
     assert n > 0
+    assert runs == [("e2e", "finished", trained[1].allocation.strategy, True)]  # the flow's row in the runs view
 
 
 def test_mlflow_run_has_metrics_and_artifacts(trained):
@@ -61,7 +63,7 @@ def test_mlflow_run_has_metrics_and_artifacts(trained):
     home, cfg, out = trained
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     run_id = (home / "runs" / "e2e" / "mlflow_run_id").read_text().strip()
-    steps = [m.step for m in client.get_metric_history(run_id, "effective_ratio")]
+    steps = [m.step for m in client.get_metric_history(run_id, "effective/ratio")]
     assert sorted(steps) == list(range(1, cfg.run.iterations + 1))
     arts = {a.path for a in client.list_artifacts(run_id)} | {a.path for a in client.list_artifacts(run_id, "plots")}
     assert "report.md" in arts and "config.yaml" in arts
@@ -81,5 +83,5 @@ def test_node_table_is_pinned(trained):
 
     home, _, _ = trained
     pinned = json.loads((Path(__file__).resolve().parents[1] / "data" / "pinned_nodes_small_ci.json").read_text())
-    got = node_digest(pl.read_parquet(home / "shards" / "nodes" / "run=e2e" / "**" / "final.parquet"))
+    got = node_digest(pl.read_parquet(home / "shards" / "nodes" / "run_id=e2e" / "**" / "final.parquet"))
     assert {k: v for k, v in got.items() if pinned.get(k) != v} == {}

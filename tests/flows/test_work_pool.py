@@ -126,7 +126,7 @@ def test_tiny_deployment_runs_on_process_pool(tmp_path):
         children = httpx.post(f"{api}/flow_runs/filter", timeout=10, json={
             "flow_runs": {"parent_flow_run_id": {"any_": [flow_run_id]}}}).json()
         assert children and all(c["state"]["type"] == "COMPLETED" for c in children)
-        shards = list((home / "shards" / "nodes" / "run=pool").rglob("*.parquet"))
+        shards = list((home / "shards" / "nodes" / "run_id=pool").rglob("*.parquet"))
         assert shards, f"no node shards under {home}"
     finally:
         for proc in reversed(procs):

@@ -78,7 +78,7 @@ def test_surrogate_masks_clips_and_kl():
              "old_logprobs": torch.log(torch.tensor([[0.5, 0.5, 0.5, 0.5]]))}
     loss, stats = surrogate_loss(logp, batch, cfg, ref_logp=logp.detach())
     assert float(loss.detach()) == pytest.approx(1.0)  # ratio 1: −Σ A over loss tokens only; KL to itself 0
-    assert float(stats["kl_ref"]) == pytest.approx(0.0)
+    assert float(stats["kl"]) == pytest.approx(0.0)
     loss.backward()
     assert logp.grad[0].tolist() == pytest.approx([0.0, -1.0, 2.0, 0.0])
     # ratio 2 with A > 0 is clipped at 1.2: no gradient
@@ -88,3 +88,92 @@ def test_surrogate_masks_clips_and_kl():
     loss2.backward()
     assert float(loss2.detach()) == pytest.approx(-2.4) and float(stats2["clip_frac"]) == 2.0
     assert logp2.grad.abs().sum() == 0
+
+
+def _weights(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_kl_pulls_the_policy_toward_the_reference(chat):
+    """Same batch, same steps: with β > 0 the policy ends nearer the reference (its start) than with
+    β = 0; the k3 term is reported, >= 0, and 0 at the first step where policy == reference."""
+    ref = spread_model(seed=3).requires_grad_(False)
+    seqs = sampled_batch(ref, chat, lambda k, j: 1.0 if j % 2 == 0 else -1.0)
+    probe = collate(seqs, chat.pad_token_id, torch.device("cpu"))
+    with torch.no_grad():
+        ref_lp = token_logprobs(ref, probe)
+    gap, kl = {}, {}
+    for beta in (0.0, 1.0):
+        model = spread_model(seed=3)
+        cfg = UpdateConfig(lr=3e-3, minibatch_size=12, micro_batch_size=6, ppo_epochs=4, kl_coef=beta)
+        opt, sched = make_optimizer(model, cfg)
+        m = update_policy(model, opt, sched, seqs, cfg, pad_id=chat.pad_token_id, seed=0, ref_model=ref)
+        with torch.no_grad():
+            d = (ref_lp - token_logprobs(model, probe)) * probe["loss_mask"]
+        kl[beta] = float(((torch.exp(d) - d - 1) * probe["loss_mask"]).sum() / probe["loss_mask"].sum())
+        gap[beta] = float((_weights(model) - _weights(ref)).norm())
+        assert ("kl" in m) == (beta > 0)
+        if beta:
+            assert m["kl"] >= 0.0
+    assert kl[1.0] < 0.8 * kl[0.0] and gap[1.0] < gap[0.0]
+    # first step: policy == reference, so the k3 term and its gradient are exactly 0
+    model = spread_model(seed=3)
+    b = collate(seqs[:4], chat.pad_token_id, torch.device("cpu"))
+    logp = token_logprobs(model, b)
+    _, stats = surrogate_loss(logp, b, UpdateConfig(kl_coef=1.0), ref_logp=token_logprobs(ref, b).detach())
+    assert float(stats["kl"]) == 0.0
+
+
+def test_k3_is_nonnegative():
+    gen = torch.Generator().manual_seed(0)
+    logp, ref = torch.randn(4, 50, generator=gen) * 3, torch.randn(4, 50, generator=gen) * 3
+    batch = {"loss_mask": torch.ones(4, 50), "advantages": torch.zeros(4, 50), "old_logprobs": logp}
+    _, stats = surrogate_loss(logp, batch, UpdateConfig(kl_coef=0.1), ref_logp=ref)
+    d = ref - logp
+    assert float(stats["kl"]) > 0 and bool(((torch.exp(d) - d - 1) >= 0).all())
+
+
+def test_kl_coef_zero_ignores_the_reference(chat):
+    """β = 0: a reference passed in is never run and the step is bit-identical to no reference."""
+    seqs = sampled_batch(spread_model(seed=3), chat, lambda k, j: float(j) - 1.5)
+    out = []
+    for ref in (None, spread_model(seed=5)):
+        model = spread_model(seed=3)
+        cfg = UpdateConfig(minibatch_size=6, micro_batch_size=3)
+        opt, sched = make_optimizer(model, cfg)
+        m = update_policy(model, opt, sched, seqs, cfg, pad_id=chat.pad_token_id, seed=0, ref_model=ref)
+        out.append((_weights(model), {k: v for k, v in m.items() if k not in ("seconds", "samples_per_s")}))
+    assert torch.equal(out[0][0], out[1][0]) and out[0][1] == out[1][1] and "kl" not in out[0][1]
+
+
+def _grads_after(seqs, chat, cfg):
+    model = spread_model(seed=3)
+    opt, sched = make_optimizer(model, cfg)
+    opt.zero_grad = lambda set_to_none=True: None  # keep the gradients to compare
+    m = update_policy(model, opt, sched, seqs, cfg, pad_id=chat.pad_token_id, seed=0)
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]), m, model
+
+
+def test_chunked_logprobs_match_the_full_softmax(chat):
+    model = spread_model(seed=3)
+    seqs = sampled_batch(model, chat, lambda k, j: 1.0)
+    b = collate(seqs, chat.pad_token_id, torch.device("cpu"))
+    with torch.no_grad():
+        full = token_logprobs(model, b)
+        for chunk in (1, 7, 64, 10_000):
+            assert (token_logprobs(model, b, chunk=chunk) - full).abs().max() <= 1e-6, chunk
+    cfg = UpdateConfig(minibatch_size=12, micro_batch_size=4, max_grad_norm=1e6)
+    g0, m0, _ = _grads_after(seqs, chat, cfg)
+    g1, m1, _ = _grads_after(seqs, chat, cfg.model_copy(update={"logprob_chunk": 5}))
+    assert (g1 - g0).abs().max() <= 1e-6 * max(1.0, float(g0.abs().max()))
+    assert m1["loss"] == pytest.approx(m0["loss"], rel=1e-6, abs=1e-7)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(chat):
+    seqs = sampled_batch(spread_model(seed=3), chat, lambda k, j: float(j) - 1.5)
+    cfg = UpdateConfig(minibatch_size=12, micro_batch_size=4, max_grad_norm=1e6)
+    g0, m0, _ = _grads_after(seqs, chat, cfg)
+    g1, m1, model = _grads_after(seqs, chat, cfg.model_copy(update={"gradient_checkpointing": True}))
+    assert torch.equal(g0, g1) and m0["loss"] == m1["loss"]
+    # on for the update only (the live model also samples)
+    assert not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from trace_core.shards import ShardWriter
-from trace_core.tree import nodes_frame
+from trace_core.tree import nodes_frame, with_anchors
 
 PROMPTS = {"A": ("math", 1), "B": ("qa", 2), "C": ("qa", 2), "D": ("fc", 3)}
 
@@ -78,9 +78,10 @@ def fixture_nodes() -> dict[tuple[str, int, str], pl.DataFrame]:
         ("r2", 0, "raw_rollouts"): r2,
     }
     strategy = {"r1": "trace", "r2": "uniform"}
-    return {
-        k: nodes_frame([{**r, "strategy": strategy[k[0]]} for r in rows]) for k, rows in frames.items()
-    }
+    out = {k: nodes_frame([{**r, "strategy": strategy[k[0]]} for r in rows]) for k, rows in frames.items()}
+    # anchors come from the whole iteration (an extension's anchor lies in the raw rollouts' shard)
+    whole = with_anchors(pl.concat([f.with_columns(pl.lit(i).alias("_k")) for i, f in enumerate(out.values())]))
+    return {k: whole.filter(pl.col("_k") == i).drop("_k") for i, k in enumerate(out)}
 
 
 def fixture_predictions() -> pl.DataFrame:

@@ -28,7 +28,7 @@ def _truncate(path: Path) -> None:
 def homes(tmp_path):
     """A store with one shard damaged, and the same store without that shard."""
     good = build_fixture_store(tmp_path / "good")
-    victim = sorted((good / "shards" / "nodes" / "run=r1").rglob("*.parquet"))[0]
+    victim = sorted((good / "shards" / "nodes" / "run_id=r1").rglob("*.parquet"))[0]
     bad = tmp_path / "bad"
     shutil.copytree(good, bad)
     victim.unlink()  # 'good' now holds exactly the readable rest

@@ -30,8 +30,10 @@ def n_nodes(home) -> int:
 
 def test_shard_path_is_deterministic(tmp_path):
     p = shard_path(tmp_path, "nodes", "run-1", "raw_rollouts", 7)
-    assert p == tmp_path / "shards/nodes/run=run-1/iter=00007/raw_rollouts.parquet"
-    assert shard_path(tmp_path, "runs", "run-1", "config") == tmp_path / "shards/runs/run=run-1/config.parquet"
+    assert p == tmp_path / "shards/nodes/run_id=run-1/iteration=00007/raw_rollouts.parquet"
+    assert shard_path(tmp_path, "runs", "run-1", "config") == tmp_path / "shards/runs/run_id=run-1/config.parquet"
+    with pytest.raises(ValueError, match="need an iteration"):
+        shard_path(tmp_path, "nodes", "run-1", "x")
     with pytest.raises(ValueError, match="run_id"):
         shard_path(tmp_path, "nodes", "../escape", "x", 0)
     with pytest.raises(KeyError, match="known tables"):

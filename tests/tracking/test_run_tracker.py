@@ -28,6 +28,9 @@ class SentMetrics:
     def log_params(self, params):
         pass
 
+    def set_tags(self, tags):
+        pass
+
     def log_metrics(self, metrics, step):
         SentMetrics.sent.update((k, step) for k in metrics)
 

@@ -10,30 +10,29 @@ Formats (``.jsonl``, ``.json`` array or JSON lines, ``.parquet`` — read with p
   the corpus is the record's paragraphs (titles shown); demo searches the supporting titles.
 * MuSiQue  ``{id, question, answer, answer_aliases, paragraphs: [{title, paragraph_text}],
   question_decomposition: [{paragraph_support_idx}]}``; unanswerable records are skipped.
-* BFCL     a directory with ``BFCL_v*_<category>.json`` (JSON lines: ``{id, question: [[{role,
-  content}]], function: [schemas]}``) and ``possible_answer/BFCL_v*_<category>.json``
-  (``{id, ground_truth: [{fn: {arg: [allowed]}}]}``). Single-turn categories only.
+* BFCL     BFCL's data directory and a category: ``trace_core.envs.fc.bfcl`` (re-exported here).
 * xLAM     ``{id, query, tools, answers}`` (``tools`` / ``answers`` lists or JSON strings).
 
-Getting BFCL data offline, without depending on ``bfcl-eval`` (its requirements pin
-``numpy==1.26.4`` and pull dozens of SDKs) and without copying its data into this repository::
+GSM8K, MATH, HotpotQA, MuSiQue and xLAM convert one record at a time (``ROW_LOADERS``):
+``load_rows`` reports a bad record (not JSON, a missing or mistyped field, an empty question or
+answer) as ``file:line: bad <format> row: why`` and raises or skips it; training on whole files
+(mixing, held-out split, corpus) is ``trace_core.datasets``.
 
-    pip download --no-deps bfcl-eval -d /tmp/bfcl && cd /tmp/bfcl && unzip -q bfcl_eval-*.whl
-    # data: /tmp/bfcl/bfcl_eval/data  (BFCL_v4_simple_python.json, possible_answer/, ...)
-    # or: pip install --no-deps --target /tmp/bfcl bfcl-eval  # never imported; same data folder
-
-then ``load_bfcl("/tmp/bfcl/bfcl_eval/data", "simple_python")``.
+BFCL data offline (the ``bfcl-eval`` wheel unpacked, never installed): ``scripts/fetch-bfcl-eval.sh
+DIR``, then ``load_bfcl("DIR/bfcl_eval/data", "simple_python")``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from trace_core.envs.base import Task
+from trace_core.envs.fc.ast_rule import as_possible_answer
+from trace_core.envs.fc.bfcl import load_bfcl
 from trace_core.envs.fc.check import to_json_schema
 from trace_core.envs.math.answers import extract_boxed, gsm8k_final
 from trace_core.envs.math.calculator import calculate
@@ -52,102 +51,169 @@ def load_tasks(fmt: str, path: str | Path, **kw: Any) -> list[Task]:
     return LOADERS.get_item(fmt)(path, **kw)
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a ``.parquet``, ``.jsonl`` or ``.json`` (array, ``{"data": [...]}`` or JSON lines)."""
+class BadRow(ValueError):
+    """A record that cannot become a task; the message names the file and line (or record)."""
+
+
+def _locate(path: Path, n: int, lines: bool) -> str:
+    return f"{path}:{n}" if lines else f"{path} record {n}"
+
+
+def iter_records(path: str | Path) -> Iterator[tuple[str, Any]]:
+    """``(where, record)`` for every record of a ``.parquet``, ``.jsonl`` or ``.json`` file, in
+    order; ``where`` is ``file:line`` (JSON lines) or ``file record n`` (array / Parquet, 1-based).
+    A line that is not JSON yields ``(where, BadRow)`` instead of stopping the file."""
     path = Path(path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
+        for n, rec in enumerate(pq.read_table(path).to_pylist(), 1):
+            yield _locate(path, n, False), rec
+        return
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".json":
         try:
             obj = json.loads(text)
+        except json.JSONDecodeError:
+            obj = None  # BFCL's .json files are JSON lines
+        if obj is not None:
             if isinstance(obj, dict) and isinstance(obj.get("data"), list):
                 obj = obj["data"]
-            return obj if isinstance(obj, list) else [obj]
-        except json.JSONDecodeError:
-            pass  # BFCL's .json files are JSON lines
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+            for n, rec in enumerate(obj if isinstance(obj, list) else [obj], 1):
+                yield _locate(path, n, False), rec
+            return
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                yield _locate(path, n, True), json.loads(line)
+            except (json.JSONDecodeError, RecursionError) as err:
+                yield _locate(path, n, True), BadRow(f"not JSON ({err.msg if hasattr(err, 'msg') else err})")
 
 
-def _limit(records: list, limit: int | None) -> list:
-    return records if limit is None else records[:limit]
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a ``.parquet``, ``.jsonl`` or ``.json`` (array, ``{"data": [...]}`` or JSON lines)."""
+    out = []
+    for where, rec in iter_records(path):
+        if isinstance(rec, BadRow):
+            raise BadRow(f"{where}: {rec}")
+        out.append(rec)
+    return out
 
 
-@register_loader("gsm8k")
-def load_gsm8k(path: str | Path, limit: int | None = None) -> list[Task]:
-    tasks = []
-    for i, r in enumerate(_limit(read_records(path), limit)):
-        exprs = [m.split("=")[0] for m in re.findall(r"<<([^<>]*)>>", r["answer"])]
-        steps = [e for e in exprs if calculate(e)[1] == "ok"]
-        tasks.append(Task(f"gsm8k-{r.get('id', i)}", "math", min(3, max(0, len(exprs) - 2)), r["question"],
-                          {"answer": gsm8k_final(r["answer"]), "steps": steps, "source": "gsm8k"}))
-    return tasks
+#: Per-record converters ``row(record, index) -> Task | None`` (None: skipped by the format's own
+#: rule, e.g. an unanswerable MuSiQue question). Any exception is a bad row.
+RowLoader = Callable[[dict[str, Any], int], "Task | None"]
+ROW_LOADERS: Registry[RowLoader] = Registry("row loader")
 
 
-@register_loader("math")
-def load_math(path: str | Path, limit: int | None = None) -> list[Task]:
-    tasks = []
-    for i, r in enumerate(_limit(read_records(path), limit)):
-        answer = r.get("answer") or extract_boxed(r.get("solution", "")) or ""
-        m = re.search(r"\d", str(r.get("level", "")))
-        level = int(m.group()) if m else 3
-        tasks.append(Task(f"math-{r.get('unique_id', r.get('id', i))}", "math", {1: 0, 2: 0, 3: 1, 4: 2}.get(level, 3),
-                          r["problem"], {"answer": answer, "source": "math", "subject": r.get("type", "")}))
-    return tasks
+def _why(err: Exception) -> str:
+    if isinstance(err, KeyError):
+        return f"missing field {err.args[0]!r}" if err.args else "missing field"
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
 
 
-@register_loader("hotpotqa")
-def load_hotpotqa(path: str | Path, limit: int | None = None) -> list[Task]:
-    tasks = []
-    for i, r in enumerate(_limit(read_records(path), limit)):
-        paras = [[str(t), " ".join(str(s) for s in sents)] for t, sents in r["context"]]
-        hops = list(dict.fromkeys(str(t) for t, _ in r.get("supporting_facts", [])))
-        level = {"easy": 0, "medium": 1, "hard": 2}.get(r.get("level", ""), 1)
-        tasks.append(Task(f"hotpotqa-{r.get('_id', i)}", "qa", level, r["question"],
-                          {"answers": [r["answer"]], "paragraphs": paras, "show_titles": True, "hops": hops,
-                           "source": "hotpotqa"}))
-    return tasks
-
-
-@register_loader("musique")
-def load_musique(path: str | Path, limit: int | None = None) -> list[Task]:
-    tasks = []
-    for i, r in enumerate(_limit(read_records(path), limit)):
-        if r.get("answerable", True) is False:
+def load_rows(fmt: str, path: str | Path, *, limit: int | None = None,
+              on_bad: str = "error") -> tuple[list[Task], list[str]]:
+    """``(tasks, problems)`` of a file in a per-record format (``ROW_LOADERS``). A bad record
+    (not JSON, missing or mistyped field, empty question or answer) raises ``BadRow`` naming the
+    file and line with ``on_bad="error"``; with ``"skip"`` it is left out and described in
+    ``problems`` (``"file:line: why"``)."""
+    row = ROW_LOADERS.get_item(fmt)
+    tasks: list[Task] = []
+    problems: list[str] = []
+    for i, (where, rec) in enumerate(iter_records(path)):
+        if limit is not None and len(tasks) >= limit:
+            break
+        try:
+            if isinstance(rec, BadRow):
+                raise rec
+            if not isinstance(rec, dict):
+                raise BadRow(f"a {fmt} record must be a JSON object, got {type(rec).__name__}")
+            task = row(rec, i)
+            if task is not None and not (isinstance(task.question, str) and task.question.strip()):
+                raise BadRow("empty question")
+        except Exception as err:  # noqa: BLE001 - a row is data: any failure is a bad row
+            msg = f"{where}: bad {fmt} row: {err if isinstance(err, BadRow) else _why(err)}"
+            if on_bad == "error":
+                raise BadRow(msg) from None
+            problems.append(msg)
             continue
-        paras = [[p["title"], p["paragraph_text"]] for p in r["paragraphs"]]
-        by_idx = {p.get("idx", j): p["title"] for j, p in enumerate(r["paragraphs"])}
-        steps = r.get("question_decomposition", [])
-        hops = [by_idx[s["paragraph_support_idx"]] for s in steps if s.get("paragraph_support_idx") in by_idx]
-        tasks.append(Task(f"musique-{r.get('id', i)}", "qa", min(3, max(0, len(steps) - 1)), r["question"],
-                          {"answers": [r["answer"], *r.get("answer_aliases", [])], "paragraphs": paras,
-                           "show_titles": True, "hops": hops, "source": "musique"}))
-    return _limit(tasks, limit)
+        if task is not None:
+            tasks.append(task)
+    return tasks, problems
+
+
+def _need(value: Any, what: str) -> str:
+    if not isinstance(value, str | int | float) or isinstance(value, bool) or not str(value).strip():
+        raise BadRow(f"empty or non-scalar {what}")
+    return str(value)
+
+
+@ROW_LOADERS.register("gsm8k")
+def gsm8k_row(r: dict[str, Any], i: int) -> Task:
+    text = _need(r["answer"], "answer")
+    exprs = [m.split("=")[0] for m in re.findall(r"<<([^<>]*)>>", text)]
+    steps = [e for e in exprs if calculate(e)[1] == "ok"]
+    final = gsm8k_final(text) if "####" in text else ""
+    return Task(f"gsm8k-{r.get('id', i)}", "math", min(3, max(0, len(exprs) - 2)), _need(r["question"], "question"),
+                {"answer": _need(final, "final answer (after ####)"), "steps": steps, "source": "gsm8k"})
+
+
+@ROW_LOADERS.register("math")
+def math_row(r: dict[str, Any], i: int) -> Task:
+    answer = r.get("answer") or extract_boxed(str(r.get("solution", ""))) or ""
+    m = re.search(r"\d", str(r.get("level", "")))
+    level = int(m.group()) if m else 3
+    return Task(f"math-{r.get('unique_id', r.get('id', i))}", "math", {1: 0, 2: 0, 3: 1, 4: 2}.get(level, 3),
+                _need(r["problem"], "problem"),
+                {"answer": _need(answer, "answer (field or last \\boxed{})"), "source": "math",
+                 "subject": str(r.get("type", ""))})
+
+
+@ROW_LOADERS.register("hotpotqa")
+def hotpotqa_row(r: dict[str, Any], i: int) -> Task:
+    paras = [[str(t), " ".join(str(s) for s in sents)] for t, sents in r["context"]]
+    hops = list(dict.fromkeys(str(t) for t, _ in r.get("supporting_facts", [])))
+    level = {"easy": 0, "medium": 1, "hard": 2}.get(r.get("level", ""), 1)
+    return Task(f"hotpotqa-{r.get('_id', i)}", "qa", level, _need(r["question"], "question"),
+                {"answers": [_need(r["answer"], "answer")], "paragraphs": paras, "show_titles": True, "hops": hops,
+                 "source": "hotpotqa"})
+
+
+@ROW_LOADERS.register("musique")
+def musique_row(r: dict[str, Any], i: int) -> Task | None:
+    if r.get("answerable", True) is False:
+        return None
+    paras = [[str(p["title"]), str(p["paragraph_text"])] for p in r["paragraphs"]]
+    by_idx = {p.get("idx", j): p["title"] for j, p in enumerate(r["paragraphs"])}
+    steps = r.get("question_decomposition", [])
+    hops = [by_idx[s["paragraph_support_idx"]] for s in steps if s.get("paragraph_support_idx") in by_idx]
+    aliases = [str(a) for a in r.get("answer_aliases", [])]
+    return Task(f"musique-{r.get('id', i)}", "qa", min(3, max(0, len(steps) - 1)), _need(r["question"], "question"),
+                {"answers": [_need(r["answer"], "answer"), *aliases], "paragraphs": paras,
+                 "show_titles": True, "hops": hops, "source": "musique"})
+
+
+def _from_rows(fmt: str) -> Loader:
+    def load(path: str | Path, limit: int | None = None) -> list[Task]:
+        return load_rows(fmt, path, limit=limit)[0]
+
+    load.__name__ = load.__qualname__ = f"load_{fmt}"
+    load.__doc__ = f"Every {fmt} record of ``path`` as a task (a bad record raises ``BadRow`` with file:line)."
+    return load
+
+
+load_gsm8k = register_loader("gsm8k")(_from_rows("gsm8k"))
+load_math = register_loader("math")(_from_rows("math"))
+load_hotpotqa = register_loader("hotpotqa")(_from_rows("hotpotqa"))
+load_musique = register_loader("musique")(_from_rows("musique"))
 
 
 def _fc_difficulty(n_functions: int, n_calls: int) -> int:
     return min(3, n_calls) if n_calls > 1 else int(n_functions > 1)
 
 
-@register_loader("bfcl")
-def load_bfcl(data_dir: str | Path, category: str = "simple_python", limit: int | None = None) -> list[Task]:
-    """Single-turn BFCL category from a data directory the user names (see module docstring)."""
-    data_dir = Path(data_dir)
-    found = sorted(data_dir.glob(f"BFCL_v*_{category}.json"))
-    if not found:
-        raise FileNotFoundError(f"no BFCL_v*_{category}.json in {data_dir}")
-    questions = read_records(found[-1])
-    answers = {a["id"]: a["ground_truth"] for a in read_records(data_dir / "possible_answer" / found[-1].name)}
-    tasks = []
-    for r in _limit(questions, limit):
-        turns = r["question"][0] if r["question"] and isinstance(r["question"][0], list) else r["question"]
-        user = [m["content"] for m in turns if m.get("role") == "user"]
-        gt = answers[r["id"]]
-        tasks.append(Task(f"bfcl-{r['id']}", "fc", _fc_difficulty(len(r["function"]), len(gt)), user[-1],
-                          {"mode": "static", "functions": r["function"], "ground_truth": gt, "source": "bfcl"}))
-    return tasks
+load_bfcl = register_loader("bfcl")(load_bfcl)  # categories, rules and refusals: trace_core/envs/fc/bfcl.py
 
 
 def _xlam_type(t: str) -> str | None:
@@ -174,22 +240,22 @@ def xlam_tool(tool: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return schema, required
 
 
-@register_loader("xlam")
-def load_xlam(path: str | Path, limit: int | None = None) -> list[Task]:
-    tasks = []
-    for i, r in enumerate(_limit(read_records(path), limit)):
-        tools = json.loads(r["tools"]) if isinstance(r["tools"], str) else r["tools"]
-        calls = json.loads(r["answers"]) if isinstance(r["answers"], str) else r["answers"]
-        by_name = {t["name"]: t for t in tools}
-        gt = []
-        for c in calls:
-            params = (by_name.get(c["name"], {}).get("parameters") or {})
-            spec = {a: [v] for a, v in c["arguments"].items()}
-            for p, ps in params.items():
-                if p not in spec:
-                    spec[p] = ["", ps["default"]] if "default" in ps else [""]
-            gt.append({c["name"]: spec})
-        schemas = [xlam_tool(t)[0] for t in tools]
-        tasks.append(Task(f"xlam-{r.get('id', i)}", "fc", _fc_difficulty(len(tools), len(gt)), r["query"],
-                          {"mode": "static", "functions": schemas, "ground_truth": gt, "source": "xlam"}))
-    return tasks
+@ROW_LOADERS.register("xlam")
+def xlam_row(r: dict[str, Any], i: int) -> Task:
+    tools = json.loads(r["tools"]) if isinstance(r["tools"], str) else r["tools"]
+    calls = json.loads(r["answers"]) if isinstance(r["answers"], str) else r["answers"]
+    by_name = {t["name"]: t for t in tools}
+    gt = []
+    for c in calls:
+        params = (by_name.get(c["name"], {}).get("parameters") or {})
+        spec = {a: [as_possible_answer(v)] for a, v in c["arguments"].items()}  # BFCL's form for dicts
+        for p, ps in params.items():
+            if p not in spec:
+                spec[p] = ["", ps["default"]] if "default" in ps else [""]
+        gt.append({c["name"]: spec})
+    schemas = [xlam_tool(t)[0] for t in tools]
+    return Task(f"xlam-{r.get('id', i)}", "fc", _fc_difficulty(len(tools), len(gt)), _need(r["query"], "query"),
+                {"mode": "static", "functions": schemas, "ground_truth": gt, "source": "xlam"})
+
+
+load_xlam = register_loader("xlam")(_from_rows("xlam"))

@@ -18,6 +18,17 @@ environment supplies everything after it. So the token sequence of an episode is
 and generation, SFT and the policy update all see the same ids. Segments are encoded
 separately and concatenated; with special tokens at every boundary this equals encoding the
 whole text at once (tested for the tiny tokenizer).
+
+Real models (``model.chat_template: tokenizer``) take the prompt and the text around an
+observation from the model's own chat template (``tokenizer.apply_chat_template``, with
+``enable_thinking`` passed through for Qwen3): the prompt is the template's rendering of the
+system and user messages with the generation prompt; the observation segment is what the template
+puts between an assistant turn and the next generation prompt around a tool message (found by
+rendering a probe conversation once). Episodes stay incremental — the model sees its own earlier
+turns, thoughts included, exactly as it generated them — which is what the update trains on.
+Qwen3's tool calls (``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``) are the
+envs' action format as they come (``trace_core.envs.actions.parse_action`` skips a leading
+``<think>`` block and the newlines inside the markers).
 """
 
 from __future__ import annotations
@@ -58,8 +69,15 @@ class ChatFormat:
             the decoded action text ends with one of these.
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, *, template: str = "builtin", enable_thinking: bool | None = None) -> None:
         self.tokenizer = tokenizer
+        self.template = template
+        self.enable_thinking = enable_thinking
+        self._obs_parts: tuple[str, str] | None = None
+        if template == "tokenizer":
+            self._obs_parts = self._template_observation_parts()
+        elif template != "builtin":
+            raise ValueError(f"unknown chat template mode {template!r}; known: builtin, tokenizer")
         stop_ids: set[int] = set()
         stop_strings: list[str] = []
         for marker in STOP_MARKERS:
@@ -108,8 +126,32 @@ class ChatFormat:
         return ChatFormat.render_messages(messages) + f"{IM_START}assistant\n"
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        """Ids of the messages up to and including the opening ``<|im_start|>assistant\\n``."""
+        """Ids of the messages up to and including the opening ``<|im_start|>assistant\\n`` (with
+        the tokenizer's template: its generation prompt, e.g. Qwen3's empty think block when
+        thinking is off)."""
+        if self.template == "tokenizer":
+            return self.encode(self._apply(messages))
         return self.encode(self.prompt_text(messages))
+
+    # -- the model's own chat template -----------------------------------------------------------
+    def _apply(self, messages: list[dict[str, str]]) -> str:
+        kw = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
+
+    def _template_observation_parts(self) -> tuple[str, str]:
+        """``(before, after)``: the template's text between an assistant turn's content and a tool
+        message's content, and from there to the next generation prompt's end."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError("model.chat_template=tokenizer but the tokenizer has no chat_template "
+                             "(tokenizer_config.json / chat_template.jinja); use model.chat_template=builtin")
+        act, obs = "\x1eTRACE_ACTION\x1e", "\x1eTRACE_OBSERVATION\x1e"
+        text = self._apply([{"role": "user", "content": "q"}, {"role": "assistant", "content": act},
+                            {"role": "tool", "content": obs}])
+        a, o = text.find(act), text.find(obs)
+        if a < 0 or o < a:
+            raise ValueError("the tokenizer's chat template does not render an assistant turn followed by a "
+                             "tool message; use model.chat_template=builtin")
+        return text[a + len(act):o], text[o + len(obs):]
 
     @staticmethod
     def observation_text(observation: str, *, action_closed: bool = False) -> str:
@@ -121,7 +163,13 @@ class ChatFormat:
 
     def observation_ids(self, observation: str, *, action_closed: bool = False) -> list[int]:
         """Ids that follow an action: ``<|im_end|>\\n<|im_start|>user\\n<tool_response>\\n
-        {observation}\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n``."""
+        {observation}\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n`` (with the tokenizer's
+        template: what it renders around a tool message, then its generation prompt)."""
+        if self._obs_parts is not None:
+            before, after = self._obs_parts
+            if action_closed and before.startswith(IM_END):
+                before = before[len(IM_END):]
+            return self.encode(before + observation + after)
         return self.encode(self.observation_text(observation, action_closed=action_closed))
 
     def action_ids(self, action: str | Sequence[int]) -> list[int]:

@@ -17,6 +17,12 @@ in the file is executed. An old pickled ``trainer_state.pt`` is refused, never u
 removes the old copy, so a checkpoint path holds the old checkpoint or the whole new one. Files
 and directories get the process's default modes (0644 / 0755 under umask 022). After
 ``load_checkpoint`` the same update sequence gives bit-identical weights on CPU (tested).
+
+Retention (``run.keep_checkpoints``, ``run.keep_best_checkpoint``; ``retire_checkpoints``): a
+run keeps its newest N iteration checkpoints and the best by held-out accuracy; an older one is
+*retired*: swapped atomically for a directory holding only ``RETIRED.json`` (when, why, what was
+removed). A cached stage record that names it is then known to point at a retired checkpoint,
+not a lost one, and replays on resume; loading it raises a one-line ``FileNotFoundError``.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 STATE_FILE = "trainer_state.safetensors"
+RETIRED_FILE = "RETIRED.json"  # all that is left of a checkpoint removed by retention
 LEGACY_STATE_FILE = "trainer_state.pt"  # pickled by older versions: refused
 FORMAT = "trace-rl-trainer-state/1"
 
@@ -115,8 +122,10 @@ def load_trainer_state(path: str | Path) -> dict[str, Any]:
 
 def has_trainer_state(path: str | Path) -> bool:
     """True if the checkpoint directory holds a trainer state; ``ValueError`` when it holds only
-    a legacy pickled one (refused, so that the run does not silently restart its optimizer)."""
+    a legacy pickled one (refused, so that the run does not silently restart its optimizer);
+    ``FileNotFoundError`` for a retired checkpoint (its optimizer state is gone)."""
     path = Path(path)
+    check_not_retired(path)
     if (path / STATE_FILE).is_file():
         return True
     if (path / LEGACY_STATE_FILE).is_file():
@@ -231,6 +240,7 @@ def load_model_state(path: str | Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     path = Path(path)
+    check_not_retired(path)
     index = path / "model.safetensors.index.json"
     if index.is_file():
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -270,3 +280,71 @@ def load_checkpoint(path: str | Path, model: Any, *, optimizer: torch.optim.Opti
     if restore_rng:
         _set_rng_state(trainer["rng"], rng)
     return trainer["cursor"]
+
+
+# ----------------------------------------------------------------------------- retention
+def check_not_retired(path: str | Path) -> None:
+    """``FileNotFoundError`` (one line) if retention removed the checkpoint at ``path``."""
+    marker = Path(path) / RETIRED_FILE
+    if marker.is_file():
+        raise FileNotFoundError(f"{path}: checkpoint retired by run.keep_checkpoints (weights and optimizer state "
+                                f"removed, see {RETIRED_FILE}); restore it from a copy or start a new run id")
+
+
+def is_retired(path: str | Path) -> bool:
+    return (Path(path) / RETIRED_FILE).is_file()
+
+
+def checkpoints_to_keep(iterations: list[int], accuracy: dict[int, float], keep_last: int | None,
+                        keep_best: bool = True) -> set[int]:
+    """Which iteration checkpoints keep their files: the ``keep_last`` newest (None = all) and,
+    with ``keep_best``, the one with the highest held-out accuracy (``accuracy[i]`` scores the
+    checkpoint written by iteration i; the newest wins a tie)."""
+    done = sorted(iterations)
+    if keep_last is None:
+        return set(done)
+    if keep_last < 1:
+        raise ValueError(f"keep_last must be >= 1 (resume needs the newest checkpoint), got {keep_last}")
+    keep = set(done[-keep_last:])
+    scored = [(acc, i) for i, acc in accuracy.items() if i in done and acc is not None]
+    if keep_best and scored:
+        keep.add(max(scored)[1])
+    return keep
+
+
+def retire_checkpoint(path: str | Path, reason: str) -> None:
+    """Replace the checkpoint at ``path`` by a directory holding only ``RETIRED.json``, atomically
+    (a reader sees the whole checkpoint or the marker), then free the space."""
+    path = Path(path)
+    removed = sorted(p.name for p in path.iterdir())
+    size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir(0o777)
+    try:
+        (tmp / RETIRED_FILE).write_text(json.dumps({"reason": reason, "removed": removed, "bytes": size}) + "\n")
+        replace_dir(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def retire_checkpoints(root: str | Path, accuracy: dict[int, float], keep_last: int | None,
+                       keep_best: bool = True) -> list[Path]:
+    """Apply retention to the ``iter=NNNNN`` checkpoints under ``root`` (a run's checkpoint
+    directory) after an iteration has finished and been recorded; returns those retired now.
+
+    Call it only once the newest checkpoint's iteration is recorded: the next iteration (and a
+    resume after a crash in it) starts from the newest, which is always kept. Retired ones stay
+    retired (a later, better accuracy does not bring one back)."""
+    root = Path(root)
+    if keep_last is None or not root.is_dir():
+        return []
+    live = {int(p.name[5:]): p for p in root.glob("iter=*")
+            if p.is_dir() and p.name[5:].isdigit() and not is_retired(p)}
+    keep = checkpoints_to_keep(list(live), accuracy, keep_last, keep_best)
+    retired = []
+    for i in sorted(set(live) - keep):
+        why = f"not among the {keep_last} newest" + (" nor the best by held-out accuracy" if keep_best else "")
+        retire_checkpoint(live[i], why)
+        retired.append(live[i])
+    return retired

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: The warm-started tiny checkpoint shipped with the package (``trace-rl warmup`` rebuilds it).
 TINY_WARM_DIR = Path(__file__).resolve().parents[1] / "assets" / "tiny-warm"
@@ -42,6 +42,12 @@ class ModelConfig(BaseModel):
     tie_embeddings: bool = Field(True, description="Share input and output embeddings (halves the 1024x256 tables).")
     dtype: str = Field("float32", pattern="^(float32|bfloat16|float16)$",
                        description="Weights dtype after loading; float32 for CPU training (bf16 via autocast).")
+    chat_template: Literal["builtin", "tokenizer"] = Field(
+        "builtin", description="'builtin': the project's Qwen3-style chat text (the tiny tokenizer has no template); "
+        "'tokenizer': the model's own chat template (apply_chat_template), for real Qwen3 checkpoints.")
+    enable_thinking: bool | None = Field(
+        None, description="Passed to the chat template as enable_thinking (Qwen3: False = an empty think block, "
+        "True = the model reasons in <think> first); None = the template's default. Only with chat_template=tokenizer.")
 
 
 class TokenizerConfig(BaseModel):
@@ -108,3 +114,23 @@ class UpdateConfig(BaseModel):
     skip_zero_advantage: bool = Field(True, description="Drop trajectories whose loss tokens all have A = 0 "
                                       "(no policy-gradient signal; kept when kl_coef > 0).")
     autocast_bf16: bool = Field(False, description="bf16 autocast for forward passes (≈1.8× faster on CPU here).")
+    gradient_checkpointing: bool = Field(False, description="Recompute each decoder block's activations in backward "
+                                         "(HF gradient_checkpointing_enable): ~1/L of the activation memory for "
+                                         "~1.3x the compute; what lets Qwen3-8B micro-batches fit.")
+    logprob_chunk: int = Field(0, ge=0, le=1_000_000, description="Positions per chunk of the vocabulary "
+                               "log-softmax, recomputed in backward (0 = all at once). Bounds the fp32 logits "
+                               "to micro_batch x chunk x vocab (Qwen3: 4 x 1024 x 151,936 x 4 B = 2.5 GB).")
+    strategy: Literal["single", "fsdp", "ddp"] = Field(
+        "single", description="single: in the run's process. fsdp: FSDP2 (fully_shard per decoder block) over "
+        "world_size torchrun processes; ddp: DDP there (each rank holds the whole model, for models that fit).")
+    world_size: int = Field(1, ge=1, le=1024, description="Data-parallel processes (GPUs) of a fsdp / ddp update "
+                            "on this machine; each trains on 1/world_size of every minibatch.")
+    launch_timeout_s: float = Field(7200.0, gt=0, le=7 * 86400,
+                                    description="Seconds a torchrun update may take before it is stopped.")
+
+    @model_validator(mode="after")
+    def _strategy_fits_world(self) -> UpdateConfig:
+        if self.world_size > 1 and self.strategy == "single":
+            raise ValueError(f"update.world_size={self.world_size} needs update.strategy 'fsdp' or 'ddp', "
+                             f"not 'single'")
+        return self

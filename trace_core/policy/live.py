@@ -3,12 +3,15 @@
 Stages exchange only checkpoint paths; the heavy objects are built from a path on first use in
 a process and cached here, so a resumed run or a Prefect worker rebuilds exactly the same state.
 A new checkpoint of the same run reloads weights into the cached engine instead of rebuilding
-it, as a vLLM worker must. ``fresh=True`` also reloads the trainer model's weights from the
+it, as a vLLM worker must. With ``run.rollout_workers >= 1`` generation runs on a Ray pool of
+rollout workers (``engines.pool``), started on first use and kept for the run; ``rollouts``
+sends a stage there or runs it here. ``fresh=True`` also reloads the trainer model's weights from the
 checkpoint when the cached model may have drifted from it (a failed update attempt stepped it).
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -71,9 +74,60 @@ def load_policy_for(cfg: TrainConfig, checkpoint: str, *, fresh: bool = False) -
         else:
             model, tokenizer = load_policy(checkpoint)
             model.to(torch_device(cfg))
-            chat = ChatFormat(tokenizer)
-            engine = engine_class(cfg.run.engine).for_policy(model=model, checkpoint=checkpoint, chat=chat,
-                                                             seed=cfg.run.seed)
+            chat = ChatFormat(tokenizer, template=cfg.model.chat_template,
+                              enable_thinking=cfg.model.enable_thinking)
+            # with rollout workers the flow's process only updates: a colocated hf engine costs nothing
+            name = "hf" if cfg.run.rollout_workers else cfg.run.engine
+            engine = engine_class(name).for_policy(model=model, checkpoint=checkpoint, chat=chat,
+                                                   seed=cfg.run.seed, config=cfg)
             pol = Policy(checkpoint, model, tokenizer, chat, engine)
         _CACHE[checkpoint] = pol
         return pol
+
+
+def forget_policies() -> None:
+    """Drop the cached policies: the next stage builds its policy from the checkpoint afresh."""
+    with _LOCK:
+        _CACHE.clear()
+
+
+_POOL: dict[str, Any] = {}
+
+
+def rollout_pool(cfg: TrainConfig) -> Any:
+    """The process's rollout pool for ``cfg`` (None with ``run.rollout_workers == 0``); a config
+    that changes what the workers hold (engine, model, environments, Ray settings) gets a new one."""
+    if cfg.run.rollout_workers == 0:
+        return None
+    from trace_core.engines.pool import RolloutPool
+
+    key = cfg.model_dump_json(include={"run": {"engine", "device", "seed", "rollout_workers"}, "model": True,
+                                       "env": True, "data": True, "ray": True, "vllm": True})
+    with _LOCK:
+        if key not in _POOL:
+            close_rollout_pool()
+            _POOL[key] = RolloutPool(cfg)
+        return _POOL[key]
+
+
+def close_rollout_pool() -> None:
+    """Stop the rollout workers (and the local Ray the pool started, if any)."""
+    for pool in _POOL.values():
+        pool.close()
+    _POOL.clear()
+
+
+def rollouts(train: TrainConfig, checkpoint: str, kind: str, envs: Any, /, **kwargs: Any) -> Any:
+    """A rollout stage (``raw``: ``rollout.run_rollouts``, ``extend``: ``extend_prefixes``, ``eval``:
+    ``evaluate_rewards``, same keyword arguments) on the rollout pool, or in this process."""
+    from trace_core import rollout
+
+    pool = rollout_pool(train)
+    if pool is not None:
+        return {"raw": pool.raw, "extend": pool.extend, "eval": pool.evaluate}[kind](checkpoint, **kwargs)
+    pol = load_policy_for(train, checkpoint)
+    fn = {"raw": rollout.run_rollouts, "extend": rollout.extend_prefixes, "eval": rollout.evaluate_rewards}[kind]
+    return fn(pol.engine, pol.chat, envs, **kwargs)
+
+
+atexit.register(close_rollout_pool)  # a local Ray started for the run never outlives it

@@ -11,23 +11,31 @@ Per token, with ``ratio = exp(logp − logp_old)``::
     loss_t = −min(ratio·A, clip(ratio, 1−ε_low, 1+ε_high)·A) + β·KL_k3(π ‖ π_ref)
 
 averaged over all loss tokens of a minibatch (token-level mean, as in DAPO), accumulated over
-micro-batches, then one AdamW step with gradient clipping.
+micro-batches, then one AdamW step with gradient clipping. π_ref is the run's warm-start policy,
+loaded only when β > 0 (β = 0 is the plain surrogate, bit for bit); the k3 term
+``exp(ref − logp) − (ref − logp) − 1`` is >= 0, 0 where π = π_ref, and reported as ``kl``.
+Memory: ``gradient_checkpointing`` and ``logprob_chunk`` (below); many GPUs: ``policy.distributed``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
 import torch
+import torch.utils.checkpoint
 
 from trace_core.policy.config import UpdateConfig
 from trace_core.rollout_nodes import trajectories
+
+LogProbFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]  # collated batch -> (B, L) token log-probs
 
 
 @dataclass(frozen=True)
@@ -97,12 +105,39 @@ def collate(seqs: Sequence[TrainSequence], pad_id: int, device: torch.device) ->
     }
 
 
-def token_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
-    """(B, L) log p(token_i | tokens_<i); position 0 (no context) is 0."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
-    logp = torch.log_softmax(logits[:, :-1] / temperature, dim=-1)
-    taken = logp.gather(-1, batch["input_ids"][:, 1:, None])[..., 0]
-    return torch.cat([torch.zeros_like(taken[:, :1]), taken], dim=1)
+def token_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], temperature: float = 1.0,
+                   chunk: int = 0) -> torch.Tensor:
+    """(B, L) log p(token_i | tokens_<i); position 0 (no context) is 0.
+
+    ``chunk`` > 0: the vocabulary log-softmax runs over ``chunk`` positions at a time, each chunk
+    recomputed in backward (activation checkpointing), so the (B, L, V) fp32 logits never exist at
+    once: memory O(B·chunk·V) instead of O(B·L·V) (Qwen3's V = 151,936). Same values as chunk=0
+    to float rounding (tested: <= 1e-6).
+    """
+    if not chunk:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       use_cache=False).logits.float()
+        logp = torch.log_softmax(logits[:, :-1] / temperature, dim=-1)
+        taken = logp.gather(-1, batch["input_ids"][:, 1:, None])[..., 0]
+        return torch.cat([torch.zeros_like(taken[:, :1]), taken], dim=1)
+    ids = batch["input_ids"]
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=batch["attention_mask"],
+                                 use_cache=False).last_hidden_state  # the LM's final-norm output
+    head = model.get_output_embeddings()
+
+    def piece(h: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(head(h).float() / temperature, dim=-1)
+        return logp.gather(-1, target[..., None])[..., 0]
+
+    parts = [torch.zeros_like(ids[:, :1], dtype=torch.float32)]
+    for s in range(0, ids.shape[1] - 1, chunk):
+        e = min(s + chunk, ids.shape[1] - 1)
+        h, target = hidden[:, s:e], ids[:, s + 1:e + 1]
+        if torch.is_grad_enabled():
+            parts.append(torch.utils.checkpoint.checkpoint(piece, h, target, use_reentrant=False))
+        else:
+            parts.append(piece(h, target))
+    return torch.cat(parts, dim=1)
 
 
 def surrogate_loss(logp: torch.Tensor, batch: dict[str, torch.Tensor], cfg: UpdateConfig,
@@ -123,54 +158,129 @@ def surrogate_loss(logp: torch.Tensor, batch: dict[str, torch.Tensor], cfg: Upda
         d = (ref_logp - logp) * mask
         kl = torch.exp(d) - d - 1  # k3 estimator of KL(π ‖ π_ref), >= 0
         per_tok = per_tok + cfg.kl_coef * kl
-        stats["kl_ref"] = (kl * mask).sum().detach()
+        stats["kl"] = (kl * mask).sum().detach()
     return (per_tok * mask).sum(), stats
 
 
 def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
                   seqs: Sequence[TrainSequence], cfg: UpdateConfig, *, pad_id: int, seed: int = 0,
-                  ref_model: torch.nn.Module | None = None) -> dict[str, float]:
-    """Run ``cfg.ppo_epochs`` passes of minibatch steps over ``seqs``; returns mean metrics."""
+                  ref_model: torch.nn.Module | None = None, logprobs: LogProbFn | None = None,
+                  ref_logprobs: LogProbFn | None = None, rank: int = 0, world_size: int = 1) -> dict[str, float]:
+    """Run ``cfg.ppo_epochs`` passes of minibatch steps over ``seqs``; returns mean metrics.
+
+    ``ref_model`` (used when ``cfg.kl_coef`` > 0): the reference policy of the k3 KL term.
+    Data parallel (``trace_core.policy.distributed``): every rank holds all of ``seqs`` and draws
+    the same minibatches; rank r trains on sequences r, r + W, ... of each (length-sorted, so the
+    ranks' shares are alike) and the wrapped ``model`` averages gradients over the W ranks, hence
+    the loss is scaled by W; ``logprobs`` / ``ref_logprobs`` then map a collated batch to (B, L)
+    log-probs through the wrapped modules. The metrics are summed over ranks.
+    """
     if not seqs:
         return {"steps": 0.0, "sequences": 0.0}
     device = next(model.parameters()).device
+    own_forward = logprobs is None  # else the caller set the wrapped model up (checkpointing included)
+    if logprobs is None:
+        def logprobs(b: dict[str, torch.Tensor]) -> torch.Tensor:
+            return token_logprobs(model, b, cfg.temperature, cfg.logprob_chunk)
+    if ref_logprobs is None and ref_model is not None:
+        def ref_logprobs(b: dict[str, torch.Tensor]) -> torch.Tensor:
+            return token_logprobs(ref_model, b, cfg.temperature, cfg.logprob_chunk)
+    use_ref = ref_logprobs is not None and cfg.kl_coef > 0
     rng = np.random.default_rng(seed)
     model.train()
     sums: dict[str, float] = {}
     n_steps, n_tokens, t0 = 0, 0.0, time.perf_counter()
-    for _ in range(cfg.ppo_epochs):
-        order = rng.permutation(len(seqs))
-        for start in range(0, len(order), cfg.minibatch_size):
-            mb = [seqs[i] for i in order[start:start + cfg.minibatch_size]]
-            mb.sort(key=lambda s: len(s.input_ids))  # micro-batches of similar length pad little
-            tokens = float(sum(sum(s.loss_mask) for s in mb))
-            if tokens == 0:
-                continue
-            for m0 in range(0, len(mb), cfg.micro_batch_size):
-                batch = collate(mb[m0:m0 + cfg.micro_batch_size], pad_id, device)
-                with _autocast(cfg, device):
-                    logp = token_logprobs(model, batch, cfg.temperature)
-                    ref = None
-                    if ref_model is not None and cfg.kl_coef > 0:
-                        with torch.no_grad():
-                            ref = token_logprobs(ref_model, batch, cfg.temperature)
-                loss, stats = surrogate_loss(logp, batch, cfg, ref)
-                (loss / tokens).backward()
-                for k, v in {"loss": loss.detach(), **stats}.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm)
-            n_steps += 1
-            n_tokens += tokens
+    with _checkpointing(model, cfg.gradient_checkpointing and own_forward):
+        for _ in range(cfg.ppo_epochs):
+            order = rng.permutation(len(seqs))
+            for start in range(0, len(order), cfg.minibatch_size):
+                mb = [seqs[i] for i in order[start:start + cfg.minibatch_size]]
+                mb.sort(key=lambda s: len(s.input_ids))  # micro-batches of similar length pad little
+                tokens = float(sum(sum(s.loss_mask) for s in mb))
+                if tokens == 0:
+                    continue
+                for micro in _rank_micro_batches(mb, cfg.micro_batch_size, rank, world_size):
+                    batch = collate(micro, pad_id, device)
+                    with _autocast(cfg, device):
+                        logp = logprobs(batch)
+                        ref = None
+                        if use_ref:
+                            with torch.no_grad():
+                                ref = ref_logprobs(batch)
+                    loss, stats = surrogate_loss(logp, batch, cfg, ref)
+                    (loss / tokens if world_size == 1 else loss * world_size / tokens).backward()
+                    for k, v in {"loss": loss.detach(), **stats}.items():
+                        sums[k] = sums.get(k, 0.0) + float(v)
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                full = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP: a DTensor
+                sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(full)
+                n_steps += 1
+                n_tokens += tokens
+    if world_size > 1:
+        sums = _sum_over_ranks(sums, device)
     seconds = time.perf_counter() - t0
     out = {k: v / max(n_tokens, 1.0) for k, v in sums.items() if k != "grad_norm"}
     out.update(grad_norm=sums.get("grad_norm", 0.0) / max(n_steps, 1), steps=float(n_steps),
                sequences=float(len(seqs)), loss_tokens=n_tokens / cfg.ppo_epochs, seconds=seconds,
                samples_per_s=len(seqs) * cfg.ppo_epochs / max(seconds, 1e-9), lr=float(scheduler.get_last_lr()[0]))
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def reference_policy(path: str, device: str) -> torch.nn.Module:
+    """The frozen reference policy of the KL term, loaded once per process (the run's warm start)."""
+    from trace_core.policy.model import load_policy
+
+    return load_policy(path)[0].to(device).requires_grad_(False).eval()
+
+
+def _rank_micro_batches(mb: list[TrainSequence], micro: int, rank: int, world_size: int) -> list[list[TrainSequence]]:
+    """This rank's micro-batches of minibatch ``mb``. With W > 1 every rank runs the same number
+    of forward/backward passes (each one is a collective); a rank short of sequences pads with a
+    copy of ``mb[0]`` whose loss mask is 0 (zero loss and gradient)."""
+    if world_size == 1:
+        return [mb[m0:m0 + micro] for m0 in range(0, len(mb), micro)]
+    mine = mb[rank::world_size]
+    n = math.ceil(math.ceil(len(mb) / world_size) / micro)
+    out = [mine[m0:m0 + micro] for m0 in range(0, len(mine), micro)]
+    idle = TrainSequence(mb[0].input_ids, [0] * len(mb[0].input_ids), mb[0].advantages, mb[0].old_logprobs)
+    return out + [[idle]] * (n - len(out))
+
+
+def _sum_over_ranks(sums: dict[str, float], device: torch.device) -> dict[str, float]:
+    """Per-rank metric sums added over ranks (``grad_norm`` is already global: kept)."""
+    import torch.distributed as dist
+
+    keys = sorted(k for k in sums if k != "grad_norm")
+    t = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return {**dict(zip(keys, t.tolist(), strict=True)), "grad_norm": sums.get("grad_norm", 0.0)}
+
+
+def set_checkpointing(model: torch.nn.Module, on: bool) -> None:
+    """HF activation (gradient) checkpointing of every decoder block, non-reentrant (FSDP2-safe)."""
+    if not on:  # transformers >= 5.x names it activation_checkpointing_*; older ones gradient_checkpointing_*
+        (getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable)()
+    elif hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+@contextlib.contextmanager
+def _checkpointing(model: torch.nn.Module, on: bool) -> Iterator[None]:
+    """Checkpointing for the update only (the live model also samples, uncheckpointed)."""
+    if not on:
+        yield
+        return
+    set_checkpointing(model, True)
+    try:
+        yield
+    finally:
+        set_checkpointing(model, False)
 
 
 def _autocast(cfg: UpdateConfig, device: torch.device) -> contextlib.AbstractContextManager:

@@ -1,5 +1,6 @@
 """Function-calling family: a sandboxed in-memory API (``world``), BFCL schema and AST checks
-(``check``), synthetic multi-call tasks (``generator``), the env and its demonstrations (``env``)."""
+(``check``, BFCL's AST rule in ``ast_rule``), BFCL data (``bfcl``), synthetic multi-call tasks
+(``generator``), the env and its demonstrations (``env``)."""
 
 from trace_core.envs.families import register_demonstration, register_env, register_generator
 from trace_core.envs.fc.env import FCEnv, demonstration

@@ -1,0 +1,168 @@
+"""``trace-rl report RUN``: one self-contained HTML page about a run, from the node store.
+
+Every number comes from a named query in ``sql/`` (the same ones ``trace-rl sql`` runs); plots
+are matplotlib PNGs embedded as base64 ``data:`` URIs and the style sheet is inline, so the page
+opens offline, from a mail attachment or an MLflow artifact, and loads nothing from anywhere.
+Text from the store (prompt ids, task names) is data: every cell is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from trace_core.sqlq import run_named_query
+from tracking.plots import (
+    plot_accuracy,
+    plot_allocation_histogram,
+    plot_calibration,
+    plot_effective_ratio,
+    plot_waste,
+)
+
+CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1f2328; background: #f6f8fa; }
+header { background: #24292f; color: #fff; padding: 18px 32px; }
+header h1 { margin: 0 0 4px; font-size: 22px; }
+header p { margin: 0; color: #c9d1d9; }
+main { max-width: 1180px; margin: 0 auto; padding: 16px 32px 48px; }
+.cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 8px 0 4px; }
+.card { background: #fff; border: 1px solid #d0d7de; border-radius: 6px; padding: 10px 16px; min-width: 150px; }
+.card b { display: block; font-size: 20px; }
+.card span { color: #57606a; font-size: 12px; }
+section { background: #fff; border: 1px solid #d0d7de; border-radius: 6px; margin: 18px 0; padding: 4px 20px 16px; }
+section h2 { font-size: 17px; border-bottom: 1px solid #d8dee4; padding-bottom: 6px; }
+.row { display: flex; flex-wrap: wrap; gap: 20px; align-items: flex-start; }
+.row img { max-width: 560px; width: 100%; border: 1px solid #eaeef2; }
+.tbl { overflow-x: auto; max-height: 420px; overflow-y: auto; flex: 1 1 380px; }
+table { border-collapse: collapse; font-size: 12.5px; }
+th, td { border-bottom: 1px solid #eaeef2; padding: 3px 9px; text-align: right; white-space: nowrap; }
+th { background: #f6f8fa; position: sticky; top: 0; }
+td.s, th.s { text-align: left; }
+code { background: #eff1f3; padding: 1px 5px; border-radius: 4px; font-size: 12px; }
+.none { color: #57606a; font-style: italic; }
+"""
+
+
+class UnknownRun(LookupError):
+    """The run id has no recorded iteration and no run directory in the home."""
+
+
+def _png(draw: Callable[[io.BytesIO], object]) -> str:
+    buf = io.BytesIO()
+    draw(buf)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def html_table(frame: pl.DataFrame, max_rows: int = 60, drop: tuple[str, ...] = ("run_id",)) -> str:
+    """An HTML table of ``frame`` (first ``max_rows`` rows), every cell escaped."""
+    frame = frame.drop([c for c in drop if c in frame.columns])
+    if not frame.height:
+        return '<p class="none">no rows</p>'
+    text_cols = {c for c, t in frame.schema.items() if t == pl.Utf8}
+    head = "".join(f'<th class="{"s" if c in text_cols else ""}">{html.escape(c)}</th>' for c in frame.columns)
+    rows = []
+    for row in frame.head(max_rows).iter_rows():
+        cells = []
+        for c, v in zip(frame.columns, row, strict=True):
+            text = "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+            cells.append(f'<td class="{"s" if c in text_cols else ""}">{html.escape(text)}</td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    more = f'<p class="none">{frame.height - max_rows} more rows</p>' if frame.height > max_rows else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
+
+
+def _section(title: str, query_names: list[str], run_id: str, images: list[str], tables: list[str], note: str = "") -> str:
+    cmds = " ".join(f"<code>trace-rl sql {q} --run-id {html.escape(run_id)}</code>" for q in query_names)
+    imgs = "".join(f'<img alt="{html.escape(title)}" src="{src}">' for src in images)
+    tbls = "".join(f'<div class="tbl">{t}</div>' for t in tables)
+    return (f"<section><h2>{html.escape(title)}</h2><p>{note} {cmds}</p>"
+            f'<div class="row">{imgs}{tbls}</div></section>')
+
+
+def _cards(by_it: pl.DataFrame, iterations: pl.DataFrame) -> str:
+    if not by_it.height:
+        return '<p class="none">No trajectories recorded yet.</p>'
+    total, wasted = int(by_it["trajectories"].sum()), int(by_it["wasted"].sum())
+    acc = iterations.filter(pl.col("accuracy").is_not_null()) if iterations.height else iterations
+    cards = [("iterations", str(by_it.height)), ("trajectories", f"{total:,}"),
+             ("effective ratio (all)", f"{(total - wasted) / total:.1%}" if total else "-"),
+             ("effective ratio, first → last", f"{by_it['effective_ratio'][0]:.1%} → {by_it['effective_ratio'][-1]:.1%}"),
+             ("wasted trajectories", f"{wasted:,}"), ("tokens", f"{int(by_it['tokens'].sum()):,}")]
+    if acc.height:
+        cards.append(("held-out accuracy (last)", f"{acc['accuracy'][-1]:.1%}"))
+    return '<div class="cards">' + "".join(
+        f"<div class=card><b>{html.escape(v)}</b><span>{html.escape(k)}</span></div>" for k, v in cards) + "</div>"
+
+
+def check_run(home: Path, run_id: str, iterations: pl.DataFrame) -> None:
+    """``UnknownRun`` (one line, naming the runs the home holds) unless ``run_id`` is known."""
+    if iterations.height or (home / "runs" / run_id).is_dir():
+        return
+    known = sorted(run_named_query(home, "iteration_summary")["run_id"].unique().to_list())
+    shown = ", ".join(known[:20]) + (f" (+{len(known) - 20} more)" if len(known) > 20 else "")
+    raise UnknownRun(f"unknown run id {run_id!r} in {home}: " + (f"runs with recorded iterations: {shown}"
+                                                                  if known else "no run has recorded an iteration"))
+
+
+def render_html_report(home_dir: str | Path, run_id: str) -> str:
+    """The report page of ``run_id`` (a finished run or one still training) as one HTML string."""
+    home = Path(home_dir)
+    q = {name: run_named_query(home, name, run_id=run_id) for name in (
+        "iteration_summary", "wasted_by_iteration", "wasted_by_depth", "wasted_by_task", "wasted_by_difficulty",
+        "allocation_histogram", "predictor_calibration_bins", "predictor_scores_by_iteration", "top_wasted_prompts")}
+    check_run(home, run_id, q["iteration_summary"])
+    by_it, its = q["wasted_by_iteration"], q["iteration_summary"]
+    strategy = by_it["strategy"][0] if by_it.height else (its["strategy"][0] if its.height else "?")
+    diff = q["wasted_by_difficulty"].with_columns(
+        (pl.col("task") + " d" + pl.col("difficulty").cast(pl.Utf8)).alias("task_difficulty"))
+    sections = [
+        _section("Effective ratio per iteration", ["wasted_by_iteration", "iteration_summary"], run_id,
+                 [_png(lambda b: plot_effective_ratio(by_it, b)), _png(lambda b: plot_accuracy(its, b))],
+                 [html_table(by_it.drop("strategy"))],
+                 "Share of generated trajectories in a group that holds both outcomes (root or branch group)."),
+        _section("Waste by branching depth", ["wasted_by_depth"], run_id,
+                 [_png(lambda b: plot_waste(q["wasted_by_depth"], "anchor_depth", b, title="Waste by depth",
+                                            xlabel="anchor depth (0 = raw rollouts)"))],
+                 [html_table(q["wasted_by_depth"])]),
+        _section("Waste by task", ["wasted_by_task"], run_id,
+                 [_png(lambda b: plot_waste(q["wasted_by_task"], "task", b, title="Waste by task", xlabel="task"))],
+                 [html_table(q["wasted_by_task"])]),
+        _section("Waste by difficulty", ["wasted_by_difficulty"], run_id,
+                 [_png(lambda b: plot_waste(diff, "task_difficulty", b, title="Waste by task and difficulty",
+                                            xlabel="task, difficulty"))],
+                 [html_table(q["wasted_by_difficulty"])]),
+        _section("Root allocation", ["allocation_histogram"], run_id,
+                 [_png(lambda b: plot_allocation_histogram(q["allocation_histogram"], b))],
+                 [html_table(q["allocation_histogram"])], "Candidate prompts per allocated rollout count m."),
+        _section("Predictor calibration", ["predictor_calibration_bins", "predictor_scores_by_iteration"], run_id,
+                 [_png(lambda b: plot_calibration(q["predictor_calibration_bins"], b))],
+                 [html_table(q["predictor_calibration_bins"]), html_table(q["predictor_scores_by_iteration"])],
+                 "Predictions made before the outcome, in ten bins of predicted success."),
+        _section("Top wasted prompts", ["top_wasted_prompts"], run_id, [], [html_table(q["top_wasted_prompts"])]),
+    ]
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    title = f"trace-rl report: {run_id}"
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<header><h1>{html.escape(title)}</h1><p>strategy {html.escape(str(strategy))} · home "
+        f"{html.escape(str(home.resolve()))} · written {stamp}</p></header><main>",
+        _cards(by_it, its), *sections, "</main></body></html>", ""])
+
+
+def write_html_report(home_dir: str | Path, run_id: str, out: str | Path) -> Path:
+    """Write the report page to ``out`` (atomically: a temporary sibling, then renamed)."""
+    out = Path(out)
+    page = render_html_report(home_dir, run_id)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(out)
+    return out

@@ -1,0 +1,112 @@
+"""The run's datasets and its final policy in MLflow.
+
+* **Datasets**: every training and held-out file of the ``data`` section becomes an MLflow
+  dataset input of the run (``MlflowClient.log_inputs``: a ``MetaDataset`` over the local file,
+  with the content digest of the tasks read from it, context ``training`` / ``evaluation``).
+* **Model**: the final checkpoint's weights, tokenizer and the run's config are logged as a
+  pyfunc model defined from code (``tracking/policy_model.py``; nothing is pickled) and, with
+  ``tracking.registered_model_name``, registered under that name in the model registry.
+  ``mlflow.pyfunc.load_model(uri).predict(["What is 3 + 4?"])`` returns the policy's first action
+  (greedy) for each question; the checkpoint is also a plain ``save_pretrained`` directory under
+  the model's ``artifacts/checkpoint``.
+
+Both are records of the outage-tolerant ``Tracker`` (sent in order by its thread, kept across an
+outage), built here as JSON and sent by the functions below.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from trace_core.config import TrainConfig
+
+MODEL_CODE = Path(__file__).resolve().parent / "policy_model.py"
+#: Files of a checkpoint the logged model keeps: weights, model and tokenizer config (not the
+#: optimizer state a resumable checkpoint also holds).
+MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
+               "tokenizer*", "special_tokens_map.json", "chat_template.jinja", "vocab.json", "merges.txt",
+               "added_tokens.json")
+PIP_REQUIREMENTS = ["trace-rl", "torch", "transformers", "safetensors"]
+
+
+def dataset_records(cfg: TrainConfig) -> list[dict[str, Any]]:
+    """One JSON record per data file (name, local path, loader, context, digest, rows)."""
+    if not cfg.data.enabled:
+        return []
+    from trace_core.datasets import dataset_digest, loaded, resolve
+
+    data = loaded(cfg.data)
+    out = []
+    for entry, part in zip(cfg.data.train, data.train, strict=True):
+        out.append({"name": entry.label, "source": str(resolve(entry.path).resolve()), "loader": entry.loader,
+                    "context": "training", "digest": dataset_digest(part), "rows": len(part)})
+    held = cfg.data.heldout or [e.model_copy(update={"name": f"{e.label}-heldout"}) for e in cfg.data.train]
+    for entry in held:
+        prefix = (entry.name if cfg.data.heldout else entry.name.removesuffix("-heldout")) or entry.label
+        part = [t for t in data.heldout if t.prompt_id.startswith(f"{prefix}:")]
+        if part:
+            out.append({"name": entry.label, "source": str(resolve(entry.path).resolve()), "loader": entry.loader,
+                        "context": "evaluation", "digest": dataset_digest(part), "rows": len(part)})
+    return out
+
+
+def send_datasets(client: Any, run_id: str, records: list[dict[str, Any]]) -> None:
+    """``log_inputs`` of the records (a ``MetaDataset`` each, its digest the tasks' content hash)."""
+    import warnings
+
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.types import ColSpec, Schema
+
+    schema = Schema([ColSpec("string", "prompt_id"), ColSpec("string", "family"), ColSpec("long", "difficulty"),
+                     ColSpec("string", "question")])
+    inputs = []
+    for r in records:
+        with warnings.catch_warnings():  # "can be interpreted in multiple ways": both are the local file
+            warnings.simplefilter("ignore", UserWarning)
+            source = resolve_dataset_source(r["source"])
+        ds = MetaDataset(source, name=r["name"], digest=r["digest"], schema=schema)
+        inputs.append(DatasetInput(ds._to_mlflow_entity(), tags=[
+            InputTag("mlflow.data.context", r["context"]), InputTag("trace_rl.loader", r["loader"]),
+            InputTag("trace_rl.rows", str(r["rows"]))]))
+    client.log_inputs(run_id, datasets=inputs)
+
+
+def model_files(checkpoint: str | Path, out: Path) -> Path:
+    """``out`` (name it ``checkpoint``: the model keeps the directory's name) holding the checkpoint's weight, config and tokenizer files (hard links where the
+    file system allows, copies otherwise); the optimizer state is left out."""
+    src = Path(checkpoint)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for pattern in MODEL_FILES:
+        for f in sorted(src.glob(pattern)):
+            if f.is_file():
+                try:
+                    os.link(f, out / f.name)
+                except OSError:
+                    shutil.copy2(f, out / f.name)
+    if not (out / "config.json").is_file():
+        raise FileNotFoundError(f"{src} holds no config.json: not a model checkpoint")
+    return out
+
+
+def send_model(tracking_uri: str, run_id: str, op: dict[str, Any]) -> str:
+    """Log the staged checkpoint and config as the run's pyfunc model ``policy`` (and register it
+    when ``op["registered_model_name"]`` is set); returns the model URI."""
+    import mlflow
+    from mlflow.models import infer_signature
+
+    signature = infer_signature(["What is 3 + 4?"], ["<answer>7</answer>"], params={"max_new_tokens": 64})
+    mlflow.set_tracking_uri(tracking_uri)
+    with mlflow.start_run(run_id=run_id):  # the tracker terminates the run right after this record
+        info = mlflow.pyfunc.log_model(
+            name="policy", python_model=str(MODEL_CODE),
+            artifacts={"checkpoint": op["checkpoint"], "config": op["config"]},
+            registered_model_name=op.get("registered_model_name"), pip_requirements=PIP_REQUIREMENTS, signature=signature,
+            metadata={"trace_rl_run_id": op.get("run", ""), "checkpoint": op.get("source", "")})
+    return info.model_uri
