@@ -61,12 +61,19 @@ def _start_train(tmp_path: Path) -> tuple[subprocess.Popen, list[str], set[int]]
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
     t0 = time.monotonic()
     first = tmp_path / "home" / "runs" / "s" / "checkpoints" / "iter=00000"  # iteration 0 done
-    while time.monotonic() - t0 < 120 and proc.poll() is None and not first.is_dir():
-        time.sleep(0.2)
-    assert proc.poll() is None, "".join(lines[-20:])
-    assert first.is_dir(), "no iteration finished in 120 s: " + "".join(lines[-20:])
-    started = _children(proc.pid)
-    assert started, "no temporary server child"
+    try:
+        while time.monotonic() - t0 < 120 and proc.poll() is None and not first.is_dir():
+            time.sleep(0.2)
+        assert proc.poll() is None, "".join(lines[-20:])
+        assert first.is_dir(), "no iteration finished in 120 s: " + "".join(lines[-20:])
+        started = _children(proc.pid)
+        assert started, "no temporary server child"
+    except BaseException:
+        for p in _children(proc.pid):
+            os.kill(p, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     return proc, lines, started
 
 
