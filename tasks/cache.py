@@ -174,37 +174,6 @@ def package_digest() -> str:
     return source_digest(Path(trace_core.__file__).resolve().parent)
 
 
-def _data_digests(data: dict[str, Any]) -> list[str]:
-    from trace_core.datasets import resolve
-
-    out = []
-    for entry in [*data.get("train", []), *data.get("heldout", [])]:
-        path = resolve(entry["path"]) if isinstance(entry, dict) and "path" in entry else None
-        out.append(_file_digest(str(path), *_stat(path)) if path is not None else "")
-    return out
-
-
-def _stat(path: Path) -> tuple[int, int]:
-    try:
-        st = path.stat()
-    except OSError:
-        return -1, -1
-    return st.st_mtime_ns, st.st_size
-
-
-@functools.lru_cache(maxsize=256)
-def _file_digest(path: str, mtime_ns: int, size: int) -> str:
-    """sha256 of a dataset file (or of a directory's files), once per (path, mtime, size)."""
-    p, h = Path(path), hashlib.sha256()
-    files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p] if p.is_file() else []
-    for f in files:
-        h.update(f.relative_to(p).as_posix().encode() if p.is_dir() else b"")
-        with f.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
 @dataclass
 class PortableInputs(CachePolicy):
     """Cache key component: the task's inputs, with paths under ``home`` and under the checkout's
@@ -216,12 +185,14 @@ class PortableInputs(CachePolicy):
 
     def compute_key(self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: Any, **kwargs: Any) -> str:
         data = to_jsonable_python(inputs or {})
-        for value in data.values():
+        for key, value in data.items():
             if isinstance(value, dict) and isinstance(value.get("run"), dict):  # a TrainConfig
                 for name in self.ignored_run_fields:
                     value["run"].pop(name, None)
-                if isinstance(value.get("data"), dict):  # dataset files: their contents, not only their names
-                    value["data_digests"] = _data_digests(value["data"])
+                if getattr(getattr(inputs[key], "data", None), "enabled", False):  # dataset files: the tasks read from them, not only their names
+                    from trace_core.datasets import loaded
+
+                    value["data_digest"] = loaded(inputs[key].data).digest
         data = _swap_prefix(_swap_prefix(data, str(Path(self.home).resolve()), "${home}"), CHECKOUT, "${trace_core}")
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tasks.cache import CHECKOUT, PortableInputs
+from trace_core import datasets
 from trace_core.config import TrainConfig
 from trace_core.run import RunRef
 
@@ -32,9 +33,13 @@ def test_keys_follow_what_is_computed_not_where(tmp_path):
 def test_an_edited_dataset_file_changes_the_key(tmp_path):
     data = tmp_path / "train.jsonl"
     data.write_text('{"question": "1+1?", "answer": "#### 2"}\n')
-    cfg = TrainConfig.model_validate({"data": {"train": [{"path": str(data), "loader": "gsm8k"}], "heldout_share": 0.5}})
+    held = tmp_path / "test.jsonl"
+    held.write_text('{"question": "5+5?", "answer": "#### 10"}\n')
+    cfg = TrainConfig.model_validate({"data": {"train": [{"path": str(data), "loader": "gsm8k"}],
+                                               "heldout": [{"path": str(held), "loader": "gsm8k"}]}})
     home = str(tmp_path / "h")
     before = _key(home, cfg, "/m")
     assert _key(home, cfg, "/m") == before
     data.write_text('{"question": "1+2?", "answer": "#### 3"}\n')
+    datasets._LOADED.clear()  # the resume that reads the edited file is a new process
     assert _key(home, cfg, "/m") != before

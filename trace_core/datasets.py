@@ -35,6 +35,7 @@ gsm8k, math, hotpotqa, musique, xlam, bfcl) with a mixing weight::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -128,6 +129,11 @@ class LoadedData:
     @property
     def train_tasks(self) -> tuple[Task, ...]:
         return tuple(t for part in self.train for t in part)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """``dataset_digest`` of every training and held-out task: what the stages consume."""
+        return dataset_digest([*self.train_tasks, *self.heldout])
 
 
 def resolve(path: str) -> Path:

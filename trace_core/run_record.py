@@ -25,16 +25,21 @@ STATUSES = ("running", "finished", "failed")
 _CODE_DIR = Path(__file__).resolve().parent
 
 
+def git(*args: str, directory: str | Path = _CODE_DIR) -> subprocess.CompletedProcess | None:
+    """``git -C directory ARGS``, bounded in time; None without git (or on a hung file system)."""
+    try:
+        return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=10,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def git_commit(directory: str | Path = _CODE_DIR) -> str | None:
     """HEAD of the git checkout holding ``directory`` (the run's code), or None outside one
     (or without git); bounded in time."""
-    try:
-        out = subprocess.run(["git", "-C", str(directory), "rev-parse", "--verify", "HEAD"],
-                             capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    sha = out.stdout.strip()
-    return sha if out.returncode == 0 and len(sha) in (40, 64) else None
+    out = git("rev-parse", "--verify", "HEAD", directory=directory)
+    sha = out.stdout.strip() if out is not None else ""
+    return sha if out is not None and out.returncode == 0 and len(sha) in (40, 64) else None
 
 
 def write_run_row(home_dir: str | Path, run_id: str, cfg: BaseModel, status: str, *, strategy: str | None = None,

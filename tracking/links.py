@@ -12,21 +12,12 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
 from pathlib import Path
 
-from trace_core.run_record import git_commit
+from trace_core.run_record import git, git_commit
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _CHECKOUT = Path(__file__).resolve().parents[1]
-
-
-def _git(*args: str, cwd: Path) -> subprocess.CompletedProcess | None:
-    try:
-        return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=10,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired):  # no git, or a hung file system: no tag, not an error
-        return None
 
 
 @functools.cache
@@ -36,7 +27,7 @@ def git_state(checkout: Path = _CHECKOUT) -> dict[str, str]:
     sha = git_commit(checkout)  # the commit the `runs` view records too
     if sha is None or not _SHA.fullmatch(sha):
         return {}
-    status = _git("status", "--porcelain", "--untracked-files=no", cwd=checkout)
+    status = git("status", "--porcelain", "--untracked-files=no", directory=checkout)
     tags = {"mlflow.source.git.commit": sha}
     if status is not None and status.returncode == 0:
         tags["trace_rl.git_dirty"] = "true" if status.stdout.strip() else "false"

@@ -115,14 +115,11 @@ class RolloutWorker:
 
     def run(self, checkpoint: str, kind: str, kwargs: dict[str, Any]) -> Any:
         """``kind`` in raw / extend / eval: the in-process rollout function on this worker's engine."""
-        from trace_core import rollout
-        from trace_core.policy.live import load_policy_for
+        from trace_core.policy.live import rollouts_here
 
-        pol = load_policy_for(self.cfg, checkpoint)  # reloads weights only when the checkpoint changed
         if not self.loaded or self.loaded[-1] != checkpoint:
             self.loaded.append(checkpoint)
-        fn = {"raw": rollout.run_rollouts, "extend": rollout.extend_prefixes, "eval": rollout.evaluate_rewards}[kind]
-        return fn(pol.engine, pol.chat, self.envs, **kwargs)
+        return rollouts_here(self.cfg, checkpoint, kind, self.envs, **kwargs)
 
 
 # ----------------------------------------------------------------------------- the pool

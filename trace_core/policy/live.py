@@ -120,12 +120,17 @@ def close_rollout_pool() -> None:
 def rollouts(train: TrainConfig, checkpoint: str, kind: str, envs: Any, /, **kwargs: Any) -> Any:
     """A rollout stage (``raw``: ``rollout.run_rollouts``, ``extend``: ``extend_prefixes``, ``eval``:
     ``evaluate_rewards``, same keyword arguments) on the rollout pool, or in this process."""
-    from trace_core import rollout
-
     pool = rollout_pool(train)
     if pool is not None:
         return {"raw": pool.raw, "extend": pool.extend, "eval": pool.evaluate}[kind](checkpoint, **kwargs)
-    pol = load_policy_for(train, checkpoint)
+    return rollouts_here(train, checkpoint, kind, envs, **kwargs)
+
+
+def rollouts_here(train: TrainConfig, checkpoint: str, kind: str, envs: Any, /, **kwargs: Any) -> Any:
+    """A rollout stage on this process's policy at ``checkpoint`` (the flow's, or a rollout worker's)."""
+    from trace_core import rollout
+
+    pol = load_policy_for(train, checkpoint)  # reloads weights only when the checkpoint changed
     fn = {"raw": rollout.run_rollouts, "extend": rollout.extend_prefixes, "eval": rollout.evaluate_rewards}[kind]
     return fn(pol.engine, pol.chat, envs, **kwargs)
 
