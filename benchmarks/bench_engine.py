@@ -28,7 +28,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _policy import bench_policy  # noqa: E402
 
-from trace_core.engines.base import GenRequest, SamplingConfig  # noqa: E402
+from trace_core.engines.base import GenRequest  # noqa: E402
+from trace_core.engines.config import SamplingConfig  # noqa: E402
 from trace_core.engines.hf import HFEngine  # noqa: E402
 from trace_core.envs import make_env  # noqa: E402
 from trace_core.envs.synthetic import demonstration, generate_tasks  # noqa: E402

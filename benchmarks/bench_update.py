@@ -23,8 +23,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _policy import bench_policy  # noqa: E402
 
-from trace_core.advantage import AdvantageConfig, compute_advantages  # noqa: E402
-from trace_core.engines.base import SamplingConfig  # noqa: E402
+from trace_core.advantage import compute_advantages  # noqa: E402
+from trace_core.advantage_config import AdvantageConfig  # noqa: E402
+from trace_core.engines.config import SamplingConfig  # noqa: E402
 from trace_core.engines.hf import HFEngine  # noqa: E402
 from trace_core.envs import make_env  # noqa: E402
 from trace_core.envs.synthetic import generate_tasks  # noqa: E402

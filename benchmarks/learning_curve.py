@@ -18,8 +18,9 @@ import time
 import polars as pl
 import torch
 
-from trace_core.advantage import AdvantageConfig, compute_advantages
-from trace_core.engines.base import SamplingConfig
+from trace_core.advantage import compute_advantages
+from trace_core.advantage_config import AdvantageConfig
+from trace_core.engines.config import SamplingConfig
 from trace_core.engines.hf import HFEngine
 from trace_core.envs import make_env
 from trace_core.envs.synthetic import generate_tasks

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trace_core.advantage import AdvantageConfig, compute_advantages, get_adv_est, register_adv_est
-from trace_core.tree import nodes_frame
+from trace_core.advantage import compute_advantages, get_adv_est, register_adv_est
+from trace_core.advantage_config import AdvantageConfig
+from trace_core.nodes import nodes_frame
 
 
 def _node(nid, parent, reward=None, leaf=False, prompt="p"):
@@ -107,7 +108,7 @@ def _random_trees(seed: int, graded: bool) -> list[dict]:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_subtree_stats_match_brute_force(seed):
-    from trace_core.rollout_nodes import finalize_tree, path_to_root, subtree_stats
+    from trace_core.nodes import finalize_tree, path_to_root, subtree_stats
 
     rows = _random_trees(seed, graded=seed % 2 == 1)
     nodes = nodes_frame(rows)

@@ -13,11 +13,12 @@ from typer.testing import CliRunner
 from flows.cli import app
 from trace_core.config import TrainConfig, load_train_config
 from trace_core.config_io import ConfigError
-from trace_core.datasets import DataConfig, DataError, data_envs, load_data, loaded
+from trace_core.datasets import DataError, data_envs, load_data, loaded
+from trace_core.datasets_config import DataConfig
 from trace_core.envs import replay
 from trace_core.envs.config import EnvConfig
 from trace_core.envs.synthetic import demonstration
-from trace_core.pools import candidate_pool, heldout_pool, training_set
+from trace_core.prompts import candidate_pool, heldout_pool, training_set
 
 SAMPLES = Path(__file__).resolve().parents[1] / "trace_core" / "data" / "samples"
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +159,7 @@ def test_one_iteration_of_the_gsm8k_config_trains_on_dataset_prompts(tmp_path):
     from tests.iteration_stages import run_until_verified
     from trace_core import iteration as it
     from trace_core.run import RunRef, initial_checkpoint
-    from trace_core.shards import read_shard
+    from trace_core.store.shards import read_shard
 
     cfg = load_train_config(ROOT / "configs" / "gsm8k-tiny.yaml", [
         "run.candidate_pool=8", "run.eval_tasks=4", "run.eval_samples=1", "allocation.budget_total=16",

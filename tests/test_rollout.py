@@ -6,14 +6,14 @@ import polars as pl
 import pytest
 
 from tests.tinypolicy import one_thread, spread_model, tiny_chat  # noqa: F401
-from trace_core.engines.base import GenRequest, GenResult, SamplingConfig
+from trace_core.engines.base import GenRequest, GenResult
+from trace_core.engines.config import SamplingConfig
 from trace_core.engines.hf import HFEngine
 from trace_core.envs import make_env
 from trace_core.envs.synthetic import demonstration, generate_tasks
+from trace_core.nodes import NODE_SCHEMA, finalize_tree, node_id, root_rows, trajectories
 from trace_core.policy.update import build_sequences
 from trace_core.rollout import RolloutConfig, evaluate_rewards, extend_prefixes, run_rollouts
-from trace_core.rollout_nodes import finalize_tree, root_rows, trajectories
-from trace_core.tree import NODE_SCHEMA, node_id
 
 FAMILIES = ("math", "qa", "fc")
 
@@ -217,3 +217,56 @@ def test_request_seeds_differ_across_prompts():
     a, b = _request_seed(7, "p1", "r0", 0), _request_seed(7, "p2", "r0", 0)
     assert a != b and a == _request_seed(7, "p1", "r0", 0)
     assert _request_seed(7, "p1", "r0", 1) != a and _request_seed(8, "p1", "r0", 0) != a
+
+
+def test_one_rollouts_interface_local_and_ray_alike():
+    """``rollouts_for`` picks the implementation once from the config; local and Ray take the
+    same typed calls, and only the flow's process (with workers) holds hf instead of run.engine."""
+    import inspect
+    from pathlib import Path
+
+    from trace_core.config import load_train_config
+    from trace_core.engines.pool import RolloutPool
+    from trace_core.rollouts import LocalRollouts, Rollouts, rollouts_for
+
+    for name in ("raw", "extend", "evaluate"):
+        want = inspect.signature(getattr(Rollouts, name))
+        assert inspect.signature(getattr(LocalRollouts, name)) == want, name
+        assert inspect.signature(getattr(RolloutPool, name)) == want, name
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    cfg = load_train_config(configs / "small-ci.yaml", ["run.threads=1"])
+    local = rollouts_for(cfg)
+    assert isinstance(local, LocalRollouts) and (local.engine, local.threads) == (cfg.run.engine, 1)
+    assert cfg.run.flow_engine == cfg.run.engine
+    pooled = load_train_config(configs / "small-ci.yaml", ["run.engine=vllm", "run.rollout_workers=2"])
+    assert (pooled.run.flow_engine, pooled.run.engine) == ("hf", "vllm")
+
+
+def test_local_rollouts_are_the_agent_loop_on_the_live_policy():
+    """``LocalRollouts.raw`` / ``evaluate`` on a checkpoint = ``run_rollouts`` / ``evaluate_rewards``
+    on that checkpoint's live policy (the same node table, the same rewards)."""
+    from pathlib import Path
+
+    from node_digest import node_digest
+
+    from trace_core.config import load_train_config
+    from trace_core.policy.live import load_policy_for
+    from trace_core.policy.model import TINY_WARM_DIR
+    from trace_core.rollouts import rollouts_for
+    from trace_core.run import initial_checkpoint
+
+    if not (TINY_WARM_DIR / "config.json").is_file():
+        pytest.skip("shipped tiny-warm checkpoint not built (trace-rl warmup)")
+    cfg = load_train_config(Path(__file__).resolve().parents[1] / "configs" / "small-ci.yaml",
+                            ["run.threads=1", "sampling.max_new_tokens=12"])
+    ro, ck = rollouts_for(cfg), initial_checkpoint(cfg)
+    tasks = [t for f in FAMILIES for t in generate_tasks(f, 1, 0, seed=5)]
+    kw = {"sampling": cfg.sampling, "cfg": RolloutConfig(max_turns=2, progress=False), "seed": 3}
+    nodes = ro.raw(ck, tasks, [2] * len(tasks), run_id="r", iteration=0, **kw)
+    pol = load_policy_for(cfg, ck)
+    assert pol.engine.name == cfg.run.engine
+    again = run_rollouts(pol.engine, pol.chat, ro.envs, tasks, [2] * len(tasks), run_id="r", iteration=0, **kw)
+    assert node_digest(nodes) == node_digest(again)
+    rewards = ro.evaluate(ck, tasks, 2, **kw)
+    assert rewards.shape == (len(tasks), 2)
+    assert (rewards == evaluate_rewards(pol.engine, pol.chat, ro.envs, tasks, 2, **kw)).all()

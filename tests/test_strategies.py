@@ -5,8 +5,8 @@ import pytest
 from pydantic import ValidationError
 
 from trace_core.allocation import allocate_prefixes, allocate_roots
+from trace_core.allocation.config import AllocationConfig
 from trace_core.allocation.strategies import (
-    AllocationConfig,
     Strategy,
     get_strategy,
     random_prefixes,

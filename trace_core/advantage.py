@@ -25,30 +25,10 @@ from collections.abc import Callable
 
 import numpy as np
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from trace_core.advantage_config import AdvantageConfig
+from trace_core.nodes import NODE_SCHEMA, SubtreeStats, finalize_tree, subtree_stats
 from trace_core.registry import Registry
-from trace_core.rollout_nodes import SubtreeStats, finalize_tree, subtree_stats
-from trace_core.tree import NODE_SCHEMA
-
-
-class AdvantageConfig(BaseModel):
-    """Which estimator turns rewards into per-turn advantages."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    estimator: str = Field("tree", description="Registered estimator name ('tree' default for branched trees, 'grpo').")
-    scale_std: bool = Field(False, description="Divide by the group's reward std (population std, + eps); "
-                            "off by default (Dr. GRPO: std scaling over-weights near-uniform groups).")
-    eps: float = Field(1e-6, gt=0, le=1.0, description="Added to the std before dividing.")
-
-    @field_validator("estimator")
-    @classmethod
-    def _registered(cls, v: str) -> str:
-        if v not in _ESTIMATORS.names():
-            raise ValueError(f"unknown advantage estimator {v!r}; known: {', '.join(_ESTIMATORS.names())}")
-        return v
-
 
 #: ``fn(nodes, stats, cfg) -> (N,)`` float advantages, NaN = none (roots). ``nodes`` has its
 #: subtree columns filled; ``stats`` is ``subtree_stats(nodes)`` (row-aligned arrays).
@@ -63,10 +43,6 @@ def register_adv_est(name: str) -> Callable[[Estimator], Estimator]:
 
 def get_adv_est(name: str) -> Estimator:
     return _ESTIMATORS.get_item(name)
-
-
-def estimator_names() -> list[str]:
-    return _ESTIMATORS.names()
 
 
 def compute_advantages(nodes: pl.DataFrame, cfg: AdvantageConfig | None = None) -> pl.DataFrame:

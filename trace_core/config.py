@@ -10,15 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trace_core.advantage import AdvantageConfig
-from trace_core.allocation import AllocationConfig
+from trace_core.advantage_config import AdvantageConfig
+from trace_core.allocation.config import AllocationConfig
 from trace_core.config_io import load_config
-from trace_core.datasets import DataConfig
-from trace_core.engines.base import SamplingConfig
-from trace_core.engines.config import VLLMConfig
-from trace_core.engines.pool import RayConfig
+from trace_core.datasets_config import DataConfig
+from trace_core.engines.config import RayConfig, SamplingConfig, VLLMConfig
 from trace_core.envs.config import EnvConfig
 from trace_core.policy.config import ModelConfig, UpdateConfig, WarmupConfig
 from trace_core.predictor.config import PredictorConfig
@@ -32,7 +30,8 @@ class RunConfig(BaseModel):
 
     iterations: int = Field(5, ge=1, le=100_000, description="Training iterations (one allocation + update each).")
     seed: int = Field(0, ge=0, description="Run seed: prompt stream, sampling and update all derive from it.")
-    engine: Literal["hf", "vllm"] = Field("hf", description="Rollout engine: 'hf' (CPU/GPU), 'vllm' (GPU worker).")
+    engine: str = Field("hf", description="Registered rollout engine (trace_core.engines): 'hf' (CPU/GPU), "
+                        "'vllm' (GPU worker).")
     # bounds: building a prompt costs ~0.3-0.9 ms and ~2 KB on the CI CPU, so 1M prompts (the
     # size of the largest public RL prompt sets) is ~2 GB and minutes, built once; 10M never starts
     train_prompts: int = Field(
@@ -67,6 +66,22 @@ class RunConfig(BaseModel):
     keep_best_checkpoint: bool = Field(
         True, description="With keep_checkpoints set, also keep the checkpoint with the best held-out accuracy.")
 
+    @field_validator("engine")
+    @classmethod
+    def _registered_engine(cls, v: str) -> str:
+        from trace_core.engines.base import engine_names  # lazy: the config imports no engine
+
+        if v not in engine_names():
+            raise ValueError(f"unknown engine {v!r}; known: {', '.join(engine_names())}")
+        return v
+
+    @property
+    def flow_engine(self) -> str:
+        """The engine the flow's own process holds. Without rollout workers it generates: ``engine``.
+        With them it only trains and the workers hold ``engine``; its policy holds ``hf``, a view of
+        the trainer's model (no memory of its own; its sleep / wake around the update are no-ops)."""
+        return "hf" if self.rollout_workers else self.engine
+
 
 class TrainConfig(BaseModel):
     """A whole training run. Sections are documented in their own modules."""
@@ -87,6 +102,7 @@ class TrainConfig(BaseModel):
     vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="vLLM engine settings (run.engine=vllm).")
     data: DataConfig = Field(default_factory=DataConfig,
                              description="Training / held-out prompts from local dataset files (trace_core.datasets).")
+    ray: RayConfig = Field(default_factory=RayConfig, description="Rollout workers on Ray (trace_core.engines.pool).")
 
     @model_validator(mode="after")
     def _heldout_for_data(self) -> TrainConfig:
@@ -95,7 +111,6 @@ class TrainConfig(BaseModel):
             raise ValueError("data.train is set but there is no held-out split: set data.heldout, "
                              "data.heldout_share > 0 or run.eval_tasks=0")
         return self
-    ray: RayConfig = Field(default_factory=RayConfig, description="Rollout workers on Ray (trace_core.engines.pool).")
 
 
 def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:

@@ -20,22 +20,21 @@ import polars as pl
 
 from trace_core.config import TrainConfig
 from trace_core.metrics import expected_effective_ratio
-from trace_core.run import RunRef, initial_checkpoint, iteration_seed
-from trace_core.shards import read_shard, shard_path
+from trace_core.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed
+from trace_core.store.layout import shard_path
+from trace_core.store.shards import read_shard
 
 ROOT_RULES = ("grpo", "pcl", "trace/groups", "trace/trajectories")
 
 
 def sampled_success(cfg: TrainConfig, checkpoint: str, tasks, samples: int, seed: int) -> np.ndarray:
     """``(len(tasks),)`` mean reward of ``samples`` episodes per task (the true v, estimated)."""
-    from trace_core.iteration import environments, rollout_config
-    from trace_core.policy.live import load_policy_for
-    from trace_core.rollout import evaluate_rewards
+    from trace_core.iteration import rollout_config
+    from trace_core.rollouts import rollouts_for
 
-    pol = load_policy_for(cfg, checkpoint)
-    sampling = cfg.sampling.model_copy(update={"seed": seed % (2**31)})
-    rewards = evaluate_rewards(pol.engine, pol.chat, environments(cfg), list(tasks), samples,
-                               sampling=sampling, cfg=rollout_config(cfg), seed=seed)
+    sampling = cfg.sampling.model_copy(update={"seed": bounded_seed(seed)})
+    rewards = rollouts_for(cfg).evaluate(checkpoint, list(tasks), samples, sampling=sampling, cfg=rollout_config(cfg),
+                                         seed=seed)
     return (np.asarray(rewards, dtype=float) > 0.5).mean(axis=1)
 
 
@@ -62,7 +61,7 @@ def replay_roots(v_true: np.ndarray, v_pred: np.ndarray, cfg: TrainConfig, seed:
 
 def headroom(cfg: TrainConfig, ref: RunRef, iterations: list[int], samples: int = 16) -> pl.DataFrame:
     """The replay table for ``iterations`` of the run ``ref`` (its prompts shards and checkpoints)."""
-    from trace_core.pools import tasks_by_id
+    from trace_core.prompts import tasks_by_id
 
     out = []
     for i in iterations:

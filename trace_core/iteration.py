@@ -30,8 +30,9 @@ from trace_core.advantage import compute_advantages
 from trace_core.allocation import get_strategy
 from trace_core.config import TrainConfig
 from trace_core.metrics import trajectory_metrics
-from trace_core.policy.live import load_policy_for, rollouts
-from trace_core.pools import candidate_pool, heldout_pool, tasks_by_id
+from trace_core.nodes import nodes_frame, root_rows, with_prefix_decisions
+from trace_core.policy.live import load_policy_for
+from trace_core.prompts import candidate_pool, heldout_pool, tasks_by_id
 from trace_core.records import (
     confirmed_confident_share,
     iteration_row,
@@ -39,7 +40,6 @@ from trace_core.records import (
     prompt_rows,
     prospective_metrics,
     reverify,
-    with_prefix_decisions,
 )
 from trace_core.results import (
     Evaluation,
@@ -53,17 +53,18 @@ from trace_core.results import (
     Verified,
 )
 from trace_core.rollout import RolloutConfig
-from trace_core.rollout_nodes import root_rows
-from trace_core.run import RunRef, initial_checkpoint, iteration_seed
-from trace_core.shards import ShardWriter, read_shard, shard_path, write_parquet_atomic
-from trace_core.tree import nodes_frame
+from trace_core.rollouts import rollouts_for
+from trace_core.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed
+from trace_core.store.layout import shard_path, write_parquet_atomic
+from trace_core.store.shards import ShardWriter, read_shard
 from trace_core.utility import prefix_utility, root_utility
 
 
 # ----------------------------------------------------------------------------- shared settings
 @lru_cache(maxsize=4)
 def _envs(env_json: str, data_json: str) -> dict:
-    from trace_core.datasets import DataConfig, data_envs
+    from trace_core.datasets import data_envs
+    from trace_core.datasets_config import DataConfig
     from trace_core.envs import make_envs
     from trace_core.envs.config import EnvConfig
 
@@ -84,7 +85,7 @@ def rollout_config(cfg: TrainConfig) -> RolloutConfig:
 
 
 def _sampling(cfg: TrainConfig, iteration: int, stage: str):
-    return cfg.sampling.model_copy(update={"seed": iteration_seed(cfg, iteration, stage) % (2**31)})
+    return cfg.sampling.model_copy(update={"seed": bounded_seed(iteration_seed(cfg, iteration, stage))})
 
 
 def _clip(v: np.ndarray, cfg: TrainConfig) -> np.ndarray:
@@ -129,7 +130,7 @@ def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int, prior: Eval
     from trace_core.predictor import make_predictor
 
     t0 = time.perf_counter()
-    torch.manual_seed(iteration_seed(cfg, iteration, "predictor") % (2**31))
+    torch.manual_seed(bounded_seed(iteration_seed(cfg, iteration, "predictor")))
     prev = ref.predictor(iteration - 1) if iteration > 0 else None
     predictor = _load_predictor(str(prev)) if prev is not None and prev.is_file() else make_predictor(cfg.predictor)
     report = predictor.fit(history_nodes(ref, iteration), cell_prior=_cell_prior(prior))
@@ -137,9 +138,9 @@ def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int, prior: Eval
     return PredictorFit(path=str(path), fit=report.as_dict(), seconds=time.perf_counter() - t0)
 
 
-def continuation_reserve(ref: RunRef, iteration: int) -> int | None:
-    """What the previous iteration bought in continuations, with 25% slack (None at iteration 0):
-    the first root wave leaves this much of the budget for the prefix stage to price."""
+def continuation_reserve(ref: RunRef, iteration: int, slack: float) -> int | None:
+    """What the previous iteration bought in continuations, times ``slack`` (``allocation.reserve_slack``;
+    None at iteration 0): the first root wave leaves this much of the budget for the prefix stage to price."""
     if iteration == 0:
         return None
     path = shard_path(ref.home, "nodes", ref.run_id, "final", iteration - 1)
@@ -147,7 +148,7 @@ def continuation_reserve(ref: RunRef, iteration: int) -> int | None:
         return None
     prev = read_shard(path)
     bought = prev.filter(pl.col("is_leaf") & (pl.col("origin") == "extension")).height
-    return int(np.ceil(1.25 * bought))
+    return int(np.ceil(slack * bought))
 
 
 def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit) -> RootAllocation:
@@ -157,7 +158,7 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     v = _clip(_load_predictor(predictor.path).predict(root_rows(ref.run_id, iteration, cfg.allocation.strategy, tasks)), cfg)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
     strategy = get_strategy(cfg.allocation.strategy)
-    budget = strategy.root_budget(cfg.allocation, continuation_reserve(ref, iteration))
+    budget = strategy.root_budget(cfg.allocation, continuation_reserve(ref, iteration, cfg.allocation.reserve_slack))
     m = np.asarray(strategy.allocate_roots(v, cfg.allocation, rng, budget=budget), dtype=np.int64)
     utility = root_utility(v, m)
     prompts = pl.DataFrame({
@@ -184,8 +185,8 @@ def _raw_rollouts(cfg: TrainConfig, ref: RunRef, iteration: int, checkpoint: str
                   stage: str) -> pl.DataFrame:
     chosen = prompts.filter(pl.col("m_alloc") > 0)
     by_id = tasks_by_id(cfg, iteration)  # on the rollout pool (run.rollout_workers) or here
-    return rollouts(
-        cfg, checkpoint, "raw", environments(cfg), tasks=[by_id[p] for p in chosen["prompt_id"]],
+    return rollouts_for(cfg).raw(
+        checkpoint, tasks=[by_id[p] for p in chosen["prompt_id"]],
         counts=chosen["m_alloc"].to_list(), sampling=_sampling(cfg, iteration, stage), cfg=rollout_config(cfg),
         seed=iteration_seed(cfg, iteration, stage), run_id=ref.run_id, iteration=iteration,
         strategy=cfg.allocation.strategy, v_pred=chosen["v_pred"].to_list(), utility=chosen["utility"].to_list())
@@ -254,9 +255,10 @@ def extend_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: s
     counts = dict(zip(alloc["node_id"].to_list(), alloc["k"].to_list(), strict=True))
     new = nodes_frame([])
     if counts:
-        new = rollouts(cfg, checkpoint, "extend", environments(cfg), tasks_by_prompt=tasks_by_id(cfg, iteration),
-                       nodes=read_shard(raw.path), counts=counts, sampling=_sampling(cfg, iteration, "extend"),
-                       cfg=rollout_config(cfg), seed=iteration_seed(cfg, iteration, "extend"))
+        new = rollouts_for(cfg).extend(checkpoint, tasks_by_prompt=tasks_by_id(cfg, iteration),
+                                       nodes=read_shard(raw.path), counts=counts,
+                                       sampling=_sampling(cfg, iteration, "extend"), cfg=rollout_config(cfg),
+                                       seed=iteration_seed(cfg, iteration, "extend"))
     cont = _generation(new, write_parquet_atomic(new, ref.staging(iteration, "extensions")), t0)
     if not prefixes.wave_prompts:
         return Extensions(**{**cont.model_dump(), "seconds": time.perf_counter() - t0})
@@ -307,23 +309,23 @@ def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str
     tasks, envs = tasks_by_id(cfg, iteration), environments(cfg)
     messages = {p: envs[tasks[p].family].reset(tasks[p]).messages() for p in nodes["prompt_id"].unique()}
     skip = get_strategy(cfg.allocation.strategy).drop_zero_variance or (
-        cfg.update.skip_zero_advantage and cfg.update.kl_coef == 0)  # with KL, A = 0 sequences still train
+        cfg.update.skip_zero_advantage and not cfg.update.uses_reference)  # with KL, A = 0 sequences still train
     seqs = build_sequences(nodes, pol.chat, messages, skip_zero_advantage=skip)
     out, seed = ref.checkpoint(iteration), iteration_seed(cfg, iteration, "update")
-    reference = initial_checkpoint(cfg) if cfg.update.kl_coef > 0 else None  # KL to the warm-start policy
+    reference = initial_checkpoint(cfg) if cfg.update.uses_reference else None  # KL to the warm-start policy
     pol.engine.sleep()  # a colocated vLLM engine frees the GPU for the trainer; a no-op for hf
     if cfg.update.strategy != "single" and seqs:  # torchrun ranks read the inputs from files, rank 0 saves
         from trace_core.policy.distributed import UpdateJob, launch_update
 
         job = UpdateJob(checkpoint=checkpoint, out=str(out), reference=reference, update=cfg.update, seed=seed,
-                        torch_seed=seed % (2**31), pad_id=pol.tokenizer.pad_token_id,
+                        torch_seed=bounded_seed(seed), pad_id=pol.tokenizer.pad_token_id,
                         cursor={"iteration": iteration + 1}, threads=cfg.run.threads)
         stats = launch_update(job, seqs, ref.staging(iteration, "update").with_suffix(".job"))
     else:
         optimizer, scheduler = make_optimizer(pol.model, cfg.update)
         if has_trainer_state(checkpoint):  # continue the optimizer of the last update
             load_checkpoint(checkpoint, pol.model, optimizer=optimizer, scheduler=scheduler, restore_rng=False)
-        torch.manual_seed(seed % (2**31))
+        torch.manual_seed(bounded_seed(seed))
         ref_model = reference_policy(reference, str(next(pol.model.parameters()).device)) if reference else None
         stats = clipped_update(pol.model, optimizer, scheduler, seqs, cfg.update, pad_id=pol.tokenizer.pad_token_id,
                                seed=seed, ref_model=ref_model)
@@ -342,9 +344,9 @@ def evaluate(cfg: TrainConfig, checkpoint: str) -> Evaluation:
     if not tasks or cfg.run.eval_tasks == 0:
         return Evaluation()
     seed = iteration_seed(cfg, 0, "eval")  # the same episodes' randomness for every checkpoint
-    rewards = rollouts(cfg, checkpoint, "eval", environments(cfg), tasks=tasks, samples=cfg.run.eval_samples,
-                       sampling=cfg.sampling.model_copy(update={"seed": seed % 2**31}),
-                       cfg=rollout_config(cfg), seed=seed)
+    rewards = rollouts_for(cfg).evaluate(checkpoint, tasks=tasks, samples=cfg.run.eval_samples,
+                                         sampling=cfg.sampling.model_copy(update={"seed": bounded_seed(seed)}),
+                                         cfg=rollout_config(cfg), seed=seed)
     return _evaluation(tasks, rewards, time.perf_counter() - t0)
 
 

@@ -82,6 +82,15 @@ def iteration_seed(cfg: TrainConfig, iteration: int, stage: str) -> int:
     return int(np.random.SeedSequence([cfg.run.seed, iteration, salt]).generate_state(1)[0])
 
 
+SEED_MODULUS = 2**31  # torch.manual_seed and vLLM's per-request seed take seeds below this
+
+
+def bounded_seed(seed: int) -> int:
+    """``seed`` (e.g. a 64-bit ``iteration_seed``) reduced below ``SEED_MODULUS``: what the stages pass
+    to ``torch.manual_seed``, ``SamplingConfig.seed`` and vLLM's ``SamplingParams.seed``."""
+    return int(seed) % SEED_MODULUS
+
+
 def initial_checkpoint(cfg: TrainConfig) -> str:
     """The checkpoint iteration 0 starts from: ``model.path`` or the shipped tiny policy."""
     from trace_core.policy.model import TINY_WARM_DIR

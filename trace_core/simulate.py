@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy import stats
 
 from trace_core import metrics
-from trace_core.allocation import AllocationConfig, get_strategy, strategy_names
+from trace_core.allocation import get_strategy, strategy_names
+from trace_core.allocation.config import AllocationConfig
 
 ALL_STRATEGIES = ["grpo", "dapo", "pcl", "treepo", "trace-root", "trace-prefix", "trace"]
 METRICS = ["effective_ratio", "wasted_share", "eff_per_1k_tokens", "grad_energy"]
@@ -47,7 +48,7 @@ class MixComponent(BaseModel):
 
 def _default_mix() -> list[MixComponent]:
     # Many prompts far too hard or too easy, a learnable middle: calibrated once so that GRPO
-    # (uniform, n=8) has an expected effective ratio near 27% (DESIGN.md section 1).
+    # (uniform, n=8) has an expected effective ratio near 27%.
     # Per component E[V_root(p, 8)] is 0.114 (logit -5 or +5, sd 1.5) and 0.820 (logit 0, sd 1.5).
     return [MixComponent(weight=0.50, mean=-5.0, sd=1.5), MixComponent(weight=0.22, mean=0.0, sd=1.5),
             MixComponent(weight=0.28, mean=5.0, sd=1.5)]

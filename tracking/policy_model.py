@@ -27,7 +27,8 @@ class TracePolicy(PythonModel):
                                enable_thinking=model_cfg.get("enable_thinking"))
 
     def predict(self, context, model_input, params=None):  # no type hints: MLflow would read them as a schema
-        from trace_core.engines.base import GenRequest, SamplingConfig
+        from trace_core.engines.base import GenRequest
+        from trace_core.engines.config import SamplingConfig
         from trace_core.engines.hf import HFEngine
 
         rows = model_input.iloc[:, 0].tolist() if hasattr(model_input, "iloc") else list(model_input)

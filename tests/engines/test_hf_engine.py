@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tests.tinypolicy import one_thread, prompts, spread_model, tiny_chat  # noqa: F401
-from trace_core.engines.base import GenRequest, SamplingConfig, engine_class, make_engine, register_engine
+from trace_core.engines.base import GenRequest, engine_class, make_engine, register_engine
+from trace_core.engines.config import SamplingConfig
 from trace_core.engines.hf import HFEngine, filter_logits
 from trace_core.policy.update import TrainSequence, collate, token_logprobs
 

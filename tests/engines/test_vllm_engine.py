@@ -16,8 +16,8 @@ import importlib.util
 import pytest
 import torch
 
-from trace_core.engines.base import GenRequest, SamplingConfig, make_engine
-from trace_core.engines.config import VLLMConfig
+from trace_core.engines.base import GenRequest, make_engine
+from trace_core.engines.config import SamplingConfig, VLLMConfig
 from trace_core.engines.vllm import VLLM_MISSING
 from trace_core.policy.update import TrainSequence, collate, token_logprobs
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tests.tinypolicy import one_thread, prompts, spread_model, tiny_chat  # noqa: F401
-from trace_core.engines.base import GenRequest, SamplingConfig
+from trace_core.engines.base import GenRequest
+from trace_core.engines.config import SamplingConfig
 from trace_core.engines.hf import HFEngine
 from trace_core.policy.update import (
     TrainSequence,

@@ -1,6 +1,6 @@
 """TRACE budget allocation: exact root and prefix solvers, the cost-aware solver, strategies.
 
-Public API (DESIGN.md section 4; extended with keyword arguments only):
+Public API (extended with keyword arguments only):
 
 * ``allocate_roots(v, budget, *, max_per_prompt=8, min_active=2, cost=None, objective="groups",
   min_gain=0.0)``: rollouts per prompt (``roots.py``).
@@ -11,21 +11,20 @@ Public API (DESIGN.md section 4; extended with keyword arguments only):
   (``knapsack.py``); ``values`` from ``trace_core.utility.root_objective_table`` /
   ``prefix_objective_table``.
 * ``chain_greedy_cost``: the unequal-cost knapsack over value tables (``cost.py``).
-* Strategies: ``get_strategy``, ``strategy_names``, ``register_strategy``, ``Strategy``,
-  ``AllocationConfig`` (``strategies.py``).
+* Strategies: ``get_strategy``, ``strategy_names``, ``register_strategy``, ``Strategy``
+  (``strategies.py``); their settings, ``AllocationConfig``, in ``config.py`` (pure pydantic).
 
-Modules: ``inputs`` (argument checks), ``hull`` (concave hulls as unit slopes), ``knapsack``
-(exact threshold + repair solver over value tables), ``roots``, ``prefixes``, ``cost``,
-``strategies``. Submodules import each other, never this package.
+Modules: ``config`` (settings, objectives), ``inputs`` (argument checks), ``hull`` (concave hulls
+as unit slopes), ``knapsack`` (exact threshold + repair solver over value tables), ``roots``,
+``prefixes``, ``cost``, ``strategies``. Submodules import each other, never this package.
 """
 
+from trace_core.allocation.config import OBJECTIVES, Objective
 from trace_core.allocation.cost import chain_greedy_cost
-from trace_core.allocation.inputs import OBJECTIVES, Objective
 from trace_core.allocation.knapsack import marginal_threshold
 from trace_core.allocation.prefixes import allocate_prefixes
 from trace_core.allocation.roots import allocate_roots
 from trace_core.allocation.strategies import (
-    AllocationConfig,
     Strategy,
     get_strategy,
     register_strategy,
@@ -34,7 +33,6 @@ from trace_core.allocation.strategies import (
 
 __all__ = [
     "OBJECTIVES",
-    "AllocationConfig",
     "Objective",
     "Strategy",
     "allocate_prefixes",

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
-Objective = Literal["groups", "trajectories"]
-OBJECTIVES: tuple[str, ...] = ("groups", "trajectories")
+from trace_core.allocation.config import OBJECTIVES
 
 
 def check_probabilities(name: str, x) -> np.ndarray:

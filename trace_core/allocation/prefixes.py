@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from trace_core.allocation.config import Objective
 from trace_core.allocation.cost import chain_greedy_cost
 from trace_core.allocation.inputs import (
-    Objective,
     check_budget,
     check_costs,
     check_min_gain,

@@ -18,24 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from trace_core.engines.config import SamplingConfig
 from trace_core.registry import Registry
-
-
-class SamplingConfig(BaseModel):
-    """How one agent turn is sampled."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    temperature: float = Field(1.0, ge=0.0, le=5.0,
-                               description="Softmax temperature; 0 = greedy (argmax). 1.0 samples the policy itself.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass; 1.0 = off.")
-    top_k: int = Field(0, ge=0, le=100_000,
-                       description="Keep the k most likely tokens; 0 = off (note: HF generate silently uses 50).")
-    max_new_tokens: int = Field(64, ge=1, le=32_768, description="Token limit of one action (one turn).")
-    seed: int = Field(0, ge=0, description="Base seed; each request combines it with its own seed.")
-
 
 FinishReason = Literal["stop", "length"]
 

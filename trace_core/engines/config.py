@@ -1,4 +1,5 @@
-"""Settings of the vLLM engine (``run.engine=vllm``); the weights dtype is ``model.dtype``."""
+"""Settings of the engines, pure pydantic: per-turn sampling, the vLLM engine (``run.engine=vllm``; the
+weights dtype is ``model.dtype``) and the Ray rollout workers (``engines.pool``)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,48 @@ class VLLMConfig(BaseModel):
         True,
         description="GPU build: offload weights and drop the KV cache while the colocated trainer updates. "
         "The CPU build has no sleep mode: sleep / wake are no-ops there.")
+
+
+class SamplingConfig(BaseModel):
+    """How one agent turn is sampled."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, ge=0.0, le=5.0,
+                               description="Softmax temperature; 0 = greedy (argmax). 1.0 samples the policy itself.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass; 1.0 = off.")
+    top_k: int = Field(0, ge=0, le=100_000,
+                       description="Keep the k most likely tokens; 0 = off (note: HF generate silently uses 50).")
+    max_new_tokens: int = Field(64, ge=1, le=32_768, description="Token limit of one action (one turn).")
+    seed: int = Field(
+        0, ge=0,
+        description="Base seed of one generate call; sample j of a request draws from (seed, request seed, j). "
+        "The training stages set it per (iteration, stage) from run.seed, so in a run config it has no "
+        "effect: set run.seed instead.")
+
+
+class RayConfig(BaseModel):
+    """Where the rollout workers run (used when ``run.rollout_workers >= 1``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str | None = Field(
+        None, description="Ray cluster to join ('auto', 'ray://host:10001', 'host:6379'); None = $RAY_ADDRESS if "
+        "set, else a local Ray started for the run (ray.init(num_cpus=...)) and shut down after it.")
+    num_cpus: int | None = Field(None, ge=1, le=100_000,
+                                 description="CPUs of the local Ray (None = max(rollout_workers, os.cpu_count())).")
+    cpus_per_worker: float = Field(1.0, ge=0.0, le=1024, description="Ray CPUs each rollout actor reserves.")
+    gpus_per_worker: float = Field(0.0, ge=0.0, le=16, description="Ray GPUs each rollout actor reserves (GPU pool: 1).")
+    worker_threads: int = Field(1, ge=1, le=1024, description="torch.set_num_threads in each actor (1 per CPU).")
+    worker_python: str | None = Field(
+        None, description="Interpreter of the workers' own environment (runtime_env py_executable), e.g. "
+        "<vllm env>/bin/python; None = the driver's. It needs trace_core and the same Ray version.")
+    env_vars: dict[str, str] = Field(default_factory=dict, description="Environment variables of the workers.")
+    max_restarts: int = Field(3, ge=0, le=100, description="Dead actors replaced per stage before the stage fails.")
+    shards_per_worker: int = Field(
+        4, ge=1, le=1024,
+        description="Shards a stage is cut into per worker (with >= 2 workers); a worker takes the next one when "
+        "it is done, so episodes of unequal length even out (1 = one big batch each, least per-batch cost).")
+    start_timeout_s: float = Field(
+        600.0, gt=0, description="Seconds the workers may take to start (a cluster without the CPUs/GPUs they "
+        "reserve would otherwise wait forever).")

@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from trace_core.engines.base import GenRequest, GenResult, SamplingConfig, sample_seed
+from trace_core.engines.base import GenRequest, GenResult, sample_seed
+from trace_core.engines.config import SamplingConfig
 
 try:
     from transformers.cache_utils import DynamicLayer

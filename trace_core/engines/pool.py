@@ -1,11 +1,15 @@
-"""A pool of rollout workers on Ray: each worker is an actor holding one engine (hf or vllm), the
-environments and the live policy, possibly in its own Python environment (the vLLM worker env).
+"""The Ray implementation of ``trace_core.rollouts.Rollouts``: a pool of rollout workers, each an
+actor holding a ``LocalRollouts`` (engine ``run.engine``, the environments and the live policy),
+possibly in its own Python environment (the vLLM worker env).
 
 The raw-rollout, extension and evaluation stages shard their episodes over the workers::
 
     pool = RolloutPool(cfg)                  # N actors (run.rollout_workers), local Ray or ray.address
     nodes = pool.raw(checkpoint, tasks, counts, sampling=..., cfg=..., seed=..., run_id=..., iteration=...)
     pool.close()
+
+The flow gets it from ``rollouts.rollouts_for(cfg)``; a worker is given its engine name and torch
+threads as arguments and never reads them from (or writes them into) the config.
 
 Sharding keeps results independent of the number of workers: every sample's seed comes from its
 (prompt, path, depth) (``rollout._request_seed``, ``engines.base.sample_seed``), and the episodes
@@ -23,39 +27,16 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field
 
-
-class RayConfig(BaseModel):
-    """Where the rollout workers run (used when ``run.rollout_workers >= 1``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    address: str | None = Field(
-        None, description="Ray cluster to join ('auto', 'ray://host:10001', 'host:6379'); None = $RAY_ADDRESS if "
-        "set, else a local Ray started for the run (ray.init(num_cpus=...)) and shut down after it.")
-    num_cpus: int | None = Field(None, ge=1, le=100_000,
-                                 description="CPUs of the local Ray (None = max(rollout_workers, os.cpu_count())).")
-    cpus_per_worker: float = Field(1.0, ge=0.0, le=1024, description="Ray CPUs each rollout actor reserves.")
-    gpus_per_worker: float = Field(0.0, ge=0.0, le=16, description="Ray GPUs each rollout actor reserves (GPU pool: 1).")
-    worker_threads: int = Field(1, ge=1, le=1024, description="torch.set_num_threads in each actor (1 per CPU).")
-    worker_python: str | None = Field(
-        None, description="Interpreter of the workers' own environment (runtime_env py_executable), e.g. "
-        "<vllm env>/bin/python; None = the driver's. It needs trace_core and the same Ray version.")
-    env_vars: dict[str, str] = Field(default_factory=dict, description="Environment variables of the workers.")
-    max_restarts: int = Field(3, ge=0, le=100, description="Dead actors replaced per stage before the stage fails.")
-    shards_per_worker: int = Field(
-        4, ge=1, le=1024,
-        description="Shards a stage is cut into per worker (with >= 2 workers); a worker takes the next one when "
-        "it is done, so episodes of unequal length even out (1 = one big batch each, least per-batch cost).")
-    start_timeout_s: float = Field(
-        600.0, gt=0, description="Seconds the workers may take to start (a cluster without the CPUs/GPUs they "
-        "reserve would otherwise wait forever).")
+if TYPE_CHECKING:
+    from trace_core.engines.config import SamplingConfig
+    from trace_core.envs.base import Task
+    from trace_core.rollout import RolloutConfig
 
 
 # ----------------------------------------------------------------------------- sharding
@@ -73,11 +54,6 @@ def shard_groups(keys: Sequence[str], weights: Sequence[int], shards: int) -> li
     return [sorted(s) for s in out if s]
 
 
-def _empty_raw() -> dict[str, Any]:
-    """A raw-rollout shard with no prompt (the in-process result of an empty allocation)."""
-    return {"tasks": [], "counts": [], "v_pred": None, "utility": None}
-
-
 def _ordered(frames: list[pl.DataFrame], rank: Mapping[str, int], key: pl.Expr) -> pl.DataFrame:
     """Shard frames concatenated and put in the in-process order: by ``rank[key]``, then by row
     position within its shard (a shard keeps the relative order of the episodes it got)."""
@@ -92,19 +68,21 @@ def _ordered(frames: list[pl.DataFrame], rank: Mapping[str, int], key: pl.Expr) 
 
 # ----------------------------------------------------------------------------- the actor
 class RolloutWorker:
-    """One rollout worker (a Ray actor): the policy at the last checkpoint it was asked for, its
-    engine and the environments, all built in the worker's own process."""
+    """One rollout worker (a Ray actor): a ``LocalRollouts`` with ``engine`` and torch on
+    ``threads`` threads, over the policy at the last checkpoint it was asked for and the
+    environments, all built in the worker's own process."""
 
-    def __init__(self, cfg_json: str, threads: int) -> None:
+    def __init__(self, cfg_json: str, engine: str, threads: int) -> None:
         import torch
 
         from trace_core.config import TrainConfig
         from trace_core.iteration import environments
+        from trace_core.rollouts import LocalRollouts
 
         torch.set_num_threads(threads)
-        self.cfg = TrainConfig.model_validate_json(cfg_json)
-        self.cfg.run.threads = threads
-        self.envs = environments(self.cfg)  # the flow's own (data files: a path every worker reads)
+        cfg = TrainConfig.model_validate_json(cfg_json)
+        # the flow's own environments (data files: a path every worker reads)
+        self.local = LocalRollouts(cfg, environments(cfg), engine=engine, threads=threads)
         self.loaded: list[str] = []  # checkpoints in the order this worker loaded them
 
     def pid(self) -> int:
@@ -113,18 +91,27 @@ class RolloutWorker:
     def checkpoints(self) -> list[str]:
         return list(self.loaded)
 
-    def run(self, checkpoint: str, kind: str, kwargs: dict[str, Any]) -> Any:
-        """``kind`` in raw / extend / eval: the in-process rollout function on this worker's engine."""
-        from trace_core.policy.live import rollouts_here
-
+    def _follow(self, checkpoint: str) -> None:
         if not self.loaded or self.loaded[-1] != checkpoint:
             self.loaded.append(checkpoint)
-        return rollouts_here(self.cfg, checkpoint, kind, self.envs, **kwargs)
+
+    def raw(self, checkpoint: str, **kwargs: Any) -> pl.DataFrame:
+        self._follow(checkpoint)
+        return self.local.raw(checkpoint, **kwargs)
+
+    def extend(self, checkpoint: str, **kwargs: Any) -> pl.DataFrame:
+        self._follow(checkpoint)
+        return self.local.extend(checkpoint, **kwargs)
+
+    def evaluate(self, checkpoint: str, **kwargs: Any) -> np.ndarray:
+        self._follow(checkpoint)
+        return self.local.evaluate(checkpoint, **kwargs)
 
 
 # ----------------------------------------------------------------------------- the pool
 class RolloutPool:
-    """``workers`` rollout actors; ``raw`` / ``extend`` / ``evaluate`` mirror ``trace_core.rollout``."""
+    """``workers`` rollout actors (default ``run.rollout_workers``), each on engine ``run.engine``
+    with ``ray.worker_threads`` threads; ``raw`` / ``extend`` / ``evaluate`` as ``rollouts.Rollouts``."""
 
     def __init__(self, cfg: Any, workers: int | None = None) -> None:
         import ray
@@ -149,8 +136,7 @@ class RolloutPool:
             runtime_env["py_executable"] = rc.worker_python
         self._actor_cls = ray.remote(RolloutWorker).options(
             num_cpus=rc.cpus_per_worker, num_gpus=rc.gpus_per_worker, runtime_env=runtime_env, max_restarts=0)
-        self._cfg_json = cfg.model_copy(update={"run": cfg.run.model_copy(update={"rollout_workers": 0})}
-                                        ).model_dump_json()
+        self._cfg_json = cfg.model_dump_json()
         self.actors = [self._start() for _ in range(self.size)]
         try:  # fail here, not mid-stage, if a worker cannot start
             ray.get([a.pid.remote() for a in self.actors], timeout=rc.start_timeout_s)
@@ -164,7 +150,7 @@ class RolloutPool:
         self.shards = self.size * rc.shards_per_worker if self.size > 1 else 1  # one worker: one batch
 
     def _start(self) -> Any:
-        return self._actor_cls.remote(self._cfg_json, self.cfg.ray.worker_threads)
+        return self._actor_cls.remote(self._cfg_json, self.cfg.run.engine, self.cfg.ray.worker_threads)
 
     def close(self) -> None:
         import ray
@@ -178,9 +164,10 @@ class RolloutPool:
             ray.shutdown()
 
     # -- dispatch ----------------------------------------------------------------------------
-    def submit(self, checkpoint: str, kind: str, payloads: list[dict[str, Any]]) -> PoolStage:
-        """Start a stage's shards; ``.collect()`` on the result waits for them (``last_stage`` too)."""
-        self.last_stage = PoolStage(self, checkpoint, kind, payloads)
+    def submit(self, call: Callable[[Any, dict[str, Any]], Any], payloads: list[dict[str, Any]]) -> PoolStage:
+        """Start a stage's shards, ``call(actor, payload)`` each (it returns the actor call's ref);
+        ``.collect()`` on the result waits for them (``last_stage`` too)."""
+        self.last_stage = PoolStage(self, call, payloads)
         return self.last_stage
 
     def _replace(self, dead: Any) -> Any:
@@ -196,9 +183,12 @@ class RolloutPool:
         return fresh
 
     # -- the stages ---------------------------------------------------------------------------
-    def raw(self, checkpoint: str, tasks: Sequence[Any], counts: Sequence[int], *, v_pred: Sequence[float] | None = None,
-            utility: Sequence[float] | None = None, **kwargs: Any) -> pl.DataFrame:
+    def raw(self, checkpoint: str, tasks: Sequence[Task], counts: Sequence[int], *, sampling: SamplingConfig,
+            cfg: RolloutConfig, seed: int, run_id: str, iteration: int, strategy: str = "uniform",
+            v_pred: Sequence[float] | None = None, utility: Sequence[float] | None = None) -> pl.DataFrame:
         """``rollout.run_rollouts`` sharded by prompt text; the same rows in the same order."""
+        common = {"sampling": sampling, "cfg": cfg, "seed": seed, "run_id": run_id, "iteration": iteration,
+                  "strategy": strategy}
         keep = [i for i, m in enumerate(counts) if m > 0]
         shards = shard_groups([tasks[i].question for i in keep], [counts[i] for i in keep], self.shards)
         payloads = []
@@ -206,19 +196,22 @@ class RolloutPool:
             idx = [keep[j] for j in s]
             payloads.append({"tasks": [tasks[i] for i in idx], "counts": [int(counts[i]) for i in idx],
                              "v_pred": None if v_pred is None else [v_pred[i] for i in idx],
-                             "utility": None if utility is None else [utility[i] for i in idx], **kwargs})
-        frames = self.submit(checkpoint, "raw", payloads or [{**_empty_raw(), **kwargs}]).collect()
+                             "utility": None if utility is None else [utility[i] for i in idx], **common})
+        # no prompt chosen: one empty shard (the in-process result of an empty allocation)
+        payloads = payloads or [{"tasks": [], "counts": [], "v_pred": None, "utility": None, **common}]
+        frames = self.submit(lambda a, p: a.raw.remote(checkpoint, **p), payloads).collect()
         # in-process order: every root first (prompt order), then each prompt's turn rows
         rank = {f"{kind}{tasks[i].prompt_id}": r + off for r, i in enumerate(keep)
                 for kind, off in (("r:", 0), ("t:", len(keep)))}
         key = pl.concat_str(pl.when(pl.col("depth") == 0).then(pl.lit("r:")).otherwise(pl.lit("t:")), "prompt_id")
         return _ordered(frames, rank, key)
 
-    def extend(self, checkpoint: str, tasks_by_prompt: Mapping[str, Any], nodes: pl.DataFrame,
-               counts: Mapping[str, int], **kwargs: Any) -> pl.DataFrame:
+    def extend(self, checkpoint: str, tasks_by_prompt: Mapping[str, Task], nodes: pl.DataFrame,
+               counts: Mapping[str, int], *, sampling: SamplingConfig, cfg: RolloutConfig,
+               seed: int) -> pl.DataFrame:
         """``rollout.extend_prefixes`` sharded by prompt text; the same rows in the same order."""
         if not counts:
-            from trace_core.tree import nodes_frame
+            from trace_core.nodes import nodes_frame
 
             return nodes_frame([])
         prompt_of = dict(zip(nodes["node_id"].to_list(), nodes["prompt_id"].to_list(), strict=True))
@@ -233,8 +226,8 @@ class RolloutPool:
             prompts = {prompt_of[p] for p in mine}
             payloads.append({"tasks_by_prompt": {p: tasks_by_prompt[p] for p in prompts},
                              "nodes": nodes.filter(pl.col("prompt_id").is_in(sorted(prompts))), "counts": mine,
-                             **kwargs})
-        frames = self.submit(checkpoint, "extend", payloads).collect()
+                             "sampling": sampling, "cfg": cfg, "seed": seed})
+        frames = self.submit(lambda a, p: a.extend.remote(checkpoint, **p), payloads).collect()
         # an episode's rows are contiguous in its shard; its first row's parent is the prefix
         first = pl.concat([f.select("trajectory_id", "parent_id") for f in frames if f.height] or [
             pl.DataFrame(schema={"trajectory_id": pl.Utf8, "parent_id": pl.Utf8})])
@@ -243,11 +236,13 @@ class RolloutPool:
         rank = {t: order[p] for t, p in prefix_of.items()}
         return _ordered(frames, rank, pl.col("trajectory_id"))
 
-    def evaluate(self, checkpoint: str, tasks: Sequence[Any], samples: int, **kwargs: Any) -> np.ndarray:
+    def evaluate(self, checkpoint: str, tasks: Sequence[Task], samples: int, *, sampling: SamplingConfig,
+                 cfg: RolloutConfig, seed: int) -> np.ndarray:
         """``rollout.evaluate_rewards`` sharded by prompt text: rewards ``(len(tasks), samples)``."""
         shards = shard_groups([t.question for t in tasks], [samples] * len(tasks), self.shards)
-        parts = self.submit(checkpoint, "eval", [{"tasks": [tasks[i] for i in s], "samples": samples, **kwargs}
-                                                 for s in shards]).collect()
+        payloads = [{"tasks": [tasks[i] for i in s], "samples": samples, "sampling": sampling, "cfg": cfg, "seed": seed}
+                    for s in shards]
+        parts = self.submit(lambda a, p: a.evaluate.remote(checkpoint, **p), payloads).collect()
         out = np.zeros((len(tasks), samples), dtype=float)
         for s, rewards in zip(shards, parts, strict=True):
             out[s] = rewards
@@ -258,8 +253,9 @@ class PoolStage:
     """Shards submitted to a pool: one per free worker, the rest queued; ``collect`` waits for all,
     re-queueing the shard of a worker that died (on a fresh actor or whichever worker is free first)."""
 
-    def __init__(self, pool: RolloutPool, checkpoint: str, kind: str, payloads: list[dict[str, Any]]) -> None:
-        self.pool, self.checkpoint, self.kind, self.payloads = pool, checkpoint, kind, payloads
+    def __init__(self, pool: RolloutPool, call: Callable[[Any, dict[str, Any]], Any],
+                 payloads: list[dict[str, Any]]) -> None:
+        self.pool, self.call, self.payloads = pool, call, payloads
         self.results: list[Any] = [None] * len(payloads)
         self.queue = deque(range(len(payloads)))
         self.running: dict[Any, tuple[int, Any]] = {}
@@ -270,7 +266,7 @@ class PoolStage:
     def _fill(self) -> None:
         while self.queue and self.idle:
             actor, i = self.idle.pop(0), self.queue.popleft()
-            self.running[actor.run.remote(self.checkpoint, self.kind, self.payloads[i])] = (i, actor)
+            self.running[self.call(actor, self.payloads[i])] = (i, actor)
 
     def collect(self) -> list[Any]:
         import ray

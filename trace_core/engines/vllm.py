@@ -33,8 +33,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trace_core.engines.base import GenRequest, GenResult, SamplingConfig, sample_seed
-from trace_core.engines.config import VLLMConfig
+from trace_core.engines.base import GenRequest, GenResult, sample_seed
+from trace_core.engines.config import SamplingConfig, VLLMConfig
+from trace_core.run import bounded_seed
 
 VLLM_MISSING = "needs vLLM: run inside the environment scripts/vllm-cpu-env.sh builds"
 log = logging.getLogger(__name__)
@@ -227,7 +228,7 @@ class VLLMEngine:
             n=1,
             temperature=sampling.temperature,
             max_tokens=sampling.max_new_tokens,
-            seed=sample_seed(sampling.seed, request_seed, index) % (2**31),
+            seed=bounded_seed(sample_seed(sampling.seed, request_seed, index)),
             logprobs=0,  # the sampled token's own log-prob
             stop_token_ids=sorted(self.chat.stop_token_ids),
             stop=list(self.chat.stop_strings) or None,

@@ -128,6 +128,12 @@ class UpdateConfig(BaseModel):
     launch_timeout_s: float = Field(7200.0, gt=0, le=7 * 86400,
                                     description="Seconds a torchrun update may take before it is stopped.")
 
+    @property
+    def uses_reference(self) -> bool:
+        """A KL term to a reference policy is on (``kl_coef > 0``): the reference is loaded and run,
+        and zero-advantage sequences still train (the KL pulls them)."""
+        return self.kl_coef > 0
+
     @model_validator(mode="after")
     def _strategy_fits_world(self) -> UpdateConfig:
         if self.world_size > 1 and self.strategy == "single":

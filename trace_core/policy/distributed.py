@@ -54,7 +54,7 @@ class UpdateJob(BaseModel):
 
     checkpoint: str = Field(description="Input checkpoint directory (weights; trainer state if it has one).")
     out: str = Field(description="Where rank 0 writes the new checkpoint.")
-    reference: str | None = Field(None, description="Reference policy of the KL term (used when kl_coef > 0).")
+    reference: str | None = Field(None, description="Reference policy of the KL term (used when update.uses_reference).")
     update: UpdateConfig
     seed: int = Field(0, ge=0, description="Minibatch order (as update_policy's seed).")
     torch_seed: int = Field(0, ge=0, description="torch.manual_seed before the update.")
@@ -303,7 +303,7 @@ def run_worker(job_dir: str | Path) -> None:
         t0 = time.perf_counter()
         policy = _wrap(job.checkpoint, job.update, device, train=True)
         ref = (_wrap(job.reference, job.update, device, train=False)
-               if job.reference and job.update.kl_coef > 0 else None)
+               if job.reference and job.update.uses_reference else None)
         opt, sched = make_optimizer(policy, job.update)
         _restore_trainer(job, policy, opt, sched)
         torch.manual_seed(job.torch_seed)

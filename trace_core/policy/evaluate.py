@@ -38,7 +38,7 @@ def policy_rewards(model: Any, tokenizer: Any, tasks: Sequence[Task], n: int, *,
                    max_new_tokens: int = 96, env_kwargs: dict | None = None) -> np.ndarray:
     """Rewards ``(len(tasks), n)`` of a loaded HF model, measured as the success table is: the
     ``hf`` engine, temperature 1 with no top-k / top-p, through ``rollout.evaluate_rewards``."""
-    from trace_core.engines.base import SamplingConfig
+    from trace_core.engines.config import SamplingConfig
     from trace_core.engines.hf import HFEngine
     from trace_core.envs import make_env
     from trace_core.policy.chat import ChatFormat

@@ -32,8 +32,8 @@ import polars as pl
 import torch
 import torch.utils.checkpoint
 
+from trace_core.nodes import trajectories
 from trace_core.policy.config import UpdateConfig
-from trace_core.rollout_nodes import trajectories
 
 LogProbFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]  # collated batch -> (B, L) token log-probs
 
@@ -154,7 +154,7 @@ def surrogate_loss(logp: torch.Tensor, batch: dict[str, torch.Tensor], cfg: Upda
         "clip_frac": (((ratio - clipped).abs() > 1e-8).float() * mask).sum().detach(),
         "approx_kl_old": (((ratio - 1) - log_ratio) * mask).sum().detach(),  # k3 estimate of KL(old ‖ new)
     }
-    if ref_logp is not None and cfg.kl_coef > 0:
+    if ref_logp is not None and cfg.uses_reference:
         d = (ref_logp - logp) * mask
         kl = torch.exp(d) - d - 1  # k3 estimator of KL(π ‖ π_ref), >= 0
         per_tok = per_tok + cfg.kl_coef * kl
@@ -168,7 +168,7 @@ def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sche
                   ref_logprobs: LogProbFn | None = None, rank: int = 0, world_size: int = 1) -> dict[str, float]:
     """Run ``cfg.ppo_epochs`` passes of minibatch steps over ``seqs``; returns mean metrics.
 
-    ``ref_model`` (used when ``cfg.kl_coef`` > 0): the reference policy of the k3 KL term.
+    ``ref_model`` (used when ``cfg.uses_reference``): the reference policy of the k3 KL term.
     Data parallel (``trace_core.policy.distributed``): every rank holds all of ``seqs`` and draws
     the same minibatches; rank r trains on sequences r, r + W, ... of each (length-sorted, so the
     ranks' shares are alike) and the wrapped ``model`` averages gradients over the W ranks, hence
@@ -185,7 +185,7 @@ def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sche
     if ref_logprobs is None and ref_model is not None:
         def ref_logprobs(b: dict[str, torch.Tensor]) -> torch.Tensor:
             return token_logprobs(ref_model, b, cfg.temperature, cfg.logprob_chunk)
-    use_ref = ref_logprobs is not None and cfg.kl_coef > 0
+    use_ref = ref_logprobs is not None and cfg.uses_reference
     rng = np.random.default_rng(seed)
     model.train()
     sums: dict[str, float] = {}

@@ -16,11 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
 _EPS = 1e-6
 LEVEL_CLIP = 1e-3  # a held-out block of all-failures is not proof of certainty
+#: The track record a final map is fitted on: prospective predictions ``p`` of a kind with outcome ``y``, weight ``w``.
+TRACK_SCHEMA = {"kind": pl.Utf8, "iteration": pl.Int64, "p": pl.Float64, "y": pl.Float64, "w": pl.Float64}
 
 
 def logit(p: np.ndarray) -> np.ndarray:

@@ -111,7 +111,6 @@ class PriorConfig(BaseModel):
     )
 
 
-HistoryConfig = PriorConfig  # the pre-hierarchy name, kept importable
 
 
 class CalibrationConfig(BaseModel):

@@ -46,11 +46,20 @@ from trace_core.predictor.base import (
     node_labels,
     register_predictor,
 )
-from trace_core.predictor.calibration import Calibrator, IdentityMap, by_kind, fit_map, logit, sigmoid
+from trace_core.predictor.calibration import (
+    TRACK_SCHEMA,
+    Calibrator,
+    IdentityMap,
+    by_kind,
+    fit_map,
+    logit,
+    sigmoid,
+)
 from trace_core.predictor.config import PredictorConfig
 from trace_core.predictor.features import FeatureBatch, check_no_nan, featurize
 from trace_core.predictor.flip import FlipModel, continuation_pairs, with_remaining
 from trace_core.predictor.model import SuccessHead, head_logits, train_head
+from trace_core.predictor.persist import save_predictor
 from trace_core.predictor.prior import (
     COUNTS_SCHEMA,
     HierarchicalPrior,
@@ -62,7 +71,6 @@ from trace_core.predictor.prior import (
 
 KINDS = ("root", "prefix")
 EXTRA_DENSE = ("prior_logit", "log_evidence")  # appended to features.DENSE_NAMES for the head
-TRACK_SCHEMA = {"kind": pl.Utf8, "iteration": pl.Int64, "p": pl.Float64, "y": pl.Float64, "w": pl.Float64}
 
 
 def _wmean(y: np.ndarray, w: np.ndarray, default: float) -> float:
@@ -311,15 +319,7 @@ class HashedPredictor:
 
     # -- persistence (tasks pass paths, not objects) -------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        from trace_core.predictor.persist import save_predictor
-
         return save_predictor(self, path)
-
-    @staticmethod
-    def load(path: str | Path) -> HashedPredictor:
-        from trace_core.predictor.persist import load_predictor
-
-        return load_predictor(path)
 
 
 @register_predictor("hashed_mlp")

@@ -19,10 +19,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from trace_core.predictor.calibration import map_from_state
+from trace_core.predictor.calibration import TRACK_SCHEMA, map_from_state
 from trace_core.predictor.config import PredictorConfig
 from trace_core.predictor.flip import FlipModel
-from trace_core.predictor.hashed import TRACK_SCHEMA
 from trace_core.predictor.model import SuccessHead
 from trace_core.predictor.prior import COUNTS_SCHEMA, HierarchicalPrior
 

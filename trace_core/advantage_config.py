@@ -1,0 +1,31 @@
+"""Settings of the advantage estimator (the ``advantage`` section): pure pydantic.
+
+The estimator name is checked against the registry in ``trace_core.advantage`` lazily, when a
+config is built.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class AdvantageConfig(BaseModel):
+    """Which estimator turns rewards into per-turn advantages."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    estimator: str = Field("tree", description="Registered estimator name ('tree' default for branched trees, 'grpo').")
+    scale_std: bool = Field(False, description="Divide by the group's reward std (population std, + eps); "
+                            "off by default (Dr. GRPO: std scaling over-weights near-uniform groups).")
+    eps: float = Field(1e-6, gt=0, le=1.0, description="Added to the std before dividing.")
+
+    @field_validator("estimator")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        from trace_core.advantage import get_adv_est  # lazy: the config imports no estimator
+
+        try:
+            get_adv_est(v)
+        except KeyError as e:  # the registry's message lists the known names
+            raise ValueError(e.args[0]) from None
+        return v

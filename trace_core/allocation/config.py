@@ -1,0 +1,98 @@
+"""Settings of budget allocation (the ``allocation`` section): pure pydantic, no solver imported.
+
+Strategy names are checked against the registry in ``strategies`` lazily, when a config is built.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Objective = Literal["groups", "trajectories"]
+OBJECTIVES: tuple[str, ...] = ("groups", "trajectories")
+
+
+class AllocationConfig(BaseModel):
+    """Strategy and budget of one iteration (units: generated trajectories)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: str = Field("trace", description="Registered strategy name (trace_core.allocation.strategies).")
+    budget_total: int = Field(  # <= 100k: 12x a large GRPO step (512 prompts x 16); 1e9 never finishes
+        64, ge=1, le=100_000, description="Trajectories generated per iteration (raw + continuations)."
+    )
+    root_share: float | None = Field(
+        None, gt=0.0, le=1.0,
+        description="Fraction of the budget spent on raw rollouts by strategies with an extension stage. "
+        "None: trace spends by one price across roots and continuations (see ext_reserve), the "
+        "fixed-split strategies (treepo, trace-root, trace-prefix) use 0.5.",
+    )
+    ext_reserve: float = Field(
+        0.25, ge=0.0, lt=1.0,
+        description="trace with root_share None: share of the budget held back from the first root wave "
+        "at iteration 0 (later: what the previous iteration bought in continuations, x reserve_slack, "
+        "between min_reserve and max_reserve); whatever the prefix stage does not buy goes to a second root wave.",
+    )
+    reserve_slack: float = Field(
+        1.25, ge=1.0, le=10.0,
+        description="trace with root_share None, after iteration 0: the reserve is the continuations the "
+        "previous iteration bought times this (1.25 = 25% room for the prefix stage to buy more).",
+    )
+    max_reserve: float = Field(
+        0.5, ge=0.0, lt=1.0,
+        description="trace with root_share None: the largest reserve share (the first root wave keeps the rest).",
+    )
+    min_reserve: float = Field(
+        0.1, ge=0.0, lt=1.0,
+        description="trace with root_share None: the smallest reserve share, so that the prefix stage "
+        "keeps being offered continuations to price.",
+    )
+    group_size: int = Field(8, ge=1, le=4096, description="Rollouts per prompt of the uniform strategies (n).")
+    max_per_prompt: int = Field(8, ge=1, le=4096, description="Largest m of TRACE root allocation (M).")
+    min_active: int = Field(
+        2, ge=1, le=4096, description="Smallest non-zero m: one rollout alone has no contrast."
+    )
+    max_per_node: int = Field(8, ge=1, le=4096, description="Largest K continuations from one prefix.")
+    treepo_branch: int = Field(
+        2, ge=1, le=4096, description="Continuations per randomly chosen prefix (treepo, trace-root)."
+    )
+    min_prob: float = Field(
+        0.02, ge=0.0, lt=0.5,
+        description="Predicted probabilities are clipped to [min_prob, 1 - min_prob] before allocation: a "
+        "predictor is never certain, and exact 0/1 predictions would make every utility zero (no budget spent).",
+    )
+    token_budget: bool = Field(
+        False,
+        description="Prefix stage costs continuations by remaining turns: the extension budget (in "
+        "whole-episode trajectories) buys more short continuations than long ones.",
+    )
+    root_objective: Objective = Field(
+        "trajectories",
+        description="What TRACE root allocation maximises: 'groups' = expected contrastive groups "
+        "(sum V_root(v, m)); 'trajectories' = expected trajectories in them (sum m V_root(v, m)), the "
+        "rollouts with a non-zero advantage. Used by trace and trace-root.",
+    )
+    prefix_objective: Objective = Field(
+        "trajectories",
+        description="What TRACE prefix allocation maximises: 'groups' = expected branch groups with a "
+        "reward flip (sum V_pref(v, r, k)); 'trajectories' = expected trajectories in them (sum (k+1) "
+        "V_pref: k continuations plus the raw trajectory). Used by trace and trace-prefix.",
+    )
+
+    @field_validator("strategy")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        from trace_core.allocation.strategies import strategy_names  # lazy: the config imports no solver
+
+        if v not in strategy_names():
+            raise ValueError(f"unknown strategy {v!r}; known: {', '.join(strategy_names())}")
+        return v
+
+    @model_validator(mode="after")
+    def _ranges(self) -> AllocationConfig:
+        if self.max_per_prompt < self.min_active:
+            raise ValueError(
+                f"max_per_prompt ({self.max_per_prompt}) must be >= min_active ({self.min_active})"
+            )
+        return self
