@@ -6,7 +6,7 @@ The batch is the main job's raw-rollout stage: ``--prompts`` prompts of iteratio
 pool x ``--m`` multi-turn episodes each, the config's sampling and limits. Measured, each
 ``--repeats`` times (median; runs alternate so a change in machine load hits all three):
 
-* in-process: ``rollout.run_rollouts`` here, torch on 1 thread;
+* in-process: ``rollouts.LocalRollouts.raw`` here (the agent loop), torch on 1 thread;
 * pool(1), pool(2): ``RolloutPool.raw`` with 1 and 2 one-thread actors (weights already loaded;
   the timed call is the whole stage: sharding, dispatch, the actors' rollouts, collection and
   reassembly).
@@ -34,8 +34,8 @@ from trace_core import iteration as it  # noqa: E402
 from trace_core.config import load_train_config  # noqa: E402
 from trace_core.engines.pool import RolloutPool  # noqa: E402
 from trace_core.policy.live import load_policy_for  # noqa: E402
-from trace_core.pools import candidate_pool  # noqa: E402
-from trace_core.rollout import run_rollouts  # noqa: E402
+from trace_core.prompts import candidate_pool  # noqa: E402
+from trace_core.rollouts import LocalRollouts  # noqa: E402
 from trace_core.run import initial_checkpoint  # noqa: E402
 
 
@@ -65,13 +65,10 @@ def main() -> None:
     # 3 logical CPUs: pool(1)'s actor idles while pool(2)'s two run (the machine has 2 cores)
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     pols = {w: RolloutPool(cfg, workers=w) for w in (1, 2)}
-    pol = load_policy_for(cfg, ck)
-    envs = it.environments(cfg)
-
-    def inproc():
-        return run_rollouts(pol.engine, pol.chat, envs, tasks, counts, **kw)
-
-    runs = {"in-process": inproc, "pool(1)": lambda: pols[1].raw(ck, tasks, counts, **kw),
+    local = LocalRollouts(cfg, it.environments(cfg), engine=cfg.run.engine, threads=1)
+    load_policy_for(cfg, ck, engine=local.engine, threads=local.threads)  # its weights loaded before timing
+    runs = {"in-process": lambda: local.raw(ck, tasks, counts, **kw),
+            "pool(1)": lambda: pols[1].raw(ck, tasks, counts, **kw),
             "pool(2)": lambda: pols[2].raw(ck, tasks, counts, **kw)}
     for name in ("pool(1)", "pool(2)"):  # weights loaded in every actor before timing
         runs[name]()

@@ -32,9 +32,10 @@ def ray_local():
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
-    from trace_core.policy.live import close_rollout_pool, forget_policies
+    from trace_core.policy.live import forget_policies
+    from trace_core.rollouts import close_rollouts
 
-    close_rollout_pool()
+    close_rollouts()
     forget_policies()  # the in-process runs here updated a cached model: later tests start from files
     ray.shutdown()
 
@@ -67,7 +68,7 @@ def test_node_table_same_for_0_1_2_workers_and_after_an_update(ray_local, tmp_pa
     """Stages 1-7 of iteration 0, then the raw rollouts of iteration 1 from the updated checkpoint:
     1 worker gives exactly the in-process table, 2 workers the same up to log-prob rounding."""
     from trace_core import iteration as it
-    from trace_core.policy.live import close_rollout_pool, rollout_pool
+    from trace_core.rollouts import close_rollouts, rollouts_for
     from trace_core.run import RunRef, initial_checkpoint
 
     out = {}
@@ -82,10 +83,11 @@ def test_node_table_same_for_0_1_2_workers_and_after_an_update(ray_local, tmp_pa
         raw1 = it.generate_raw_rollouts(ref, cfg, 1, ck1, it.allocate_roots(ref, cfg, 1, pred))
         out[w] = (before, pl.read_parquet(res["verified"].nodes), pl.read_parquet(raw1.path))
         if w:  # each worker loaded the first checkpoint once, then the updated one once
-            pool = rollout_pool(cfg)
+            pool = rollouts_for(cfg)
+            assert isinstance(pool, RolloutPool) and pool.size == w
             loads = ray_local.get([a.checkpoints.remote() for a in pool.actors])
             assert loads == [[ck0, ck1]] * w
-    close_rollout_pool()  # its actors hold the module's 2 CPUs
+    close_rollouts()  # its actors hold the module's 2 CPUs
     for w in (1, 2):
         assert out[w][0].accuracy == out[0][0].accuracy and out[w][0].cells == out[0][0].cells
         assert out[w][1].filter(pl.col("origin") == "extension").height > 0
@@ -97,7 +99,7 @@ def test_node_table_same_for_0_1_2_workers_and_after_an_update(ray_local, tmp_pa
 
 def test_a_worker_killed_mid_stage_loses_and_duplicates_nothing(ray_local, tmp_path):
     from trace_core import iteration as it
-    from trace_core.pools import candidate_pool
+    from trace_core.prompts import candidate_pool
     from trace_core.run import initial_checkpoint
 
     cfg = _cfg(2)
