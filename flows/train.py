@@ -24,9 +24,9 @@ from trace_core.config_io import config_hash
 from trace_core.policy.checkpoint import retire_checkpoints
 from trace_core.results import Evaluation, IterationResults
 from trace_core.run import RunRef, initial_checkpoint, new_run_id
-from trace_core.run_record import recording_run
-from trace_core.runlock import hold_run_lock
 from trace_core.store import ensure_catalog
+from trace_core.store.lock import hold_run_lock
+from trace_core.store.run_row import recording_run
 from tracking.run_tracker import RunTracker, evaluation_metrics, wall_metrics
 
 

@@ -10,11 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from trace_core import sqlq
 from trace_core.config import load_train_config
 from trace_core.config_io import ConfigError
 from trace_core.run import RunRef, check_run_id
-from trace_core.shards import ShardWriter
+from trace_core.store import queries
+from trace_core.store.shards import ShardWriter
 
 runner = CliRunner()
 
@@ -70,11 +70,11 @@ def test_sql_on_a_mistyped_home_fails_and_creates_nothing(tmp_path):
 def test_sql_with_glob_characters_in_home_reads_no_other_home(tmp_path):
     _home_with_run(tmp_path / "h1", "r1")
     _home_with_run(tmp_path / "h2", "r2")
-    assert sqlq.run_named_query(tmp_path / "h1", "iteration_summary")["run_id"].to_list() == ["r1"]
+    assert queries.run_named_query(tmp_path / "h1", "iteration_summary")["run_id"].to_list() == ["r1"]
     glob_home = tmp_path / "h?"
     _home_with_run(glob_home, "r3")  # even a real directory of that name is refused
     with pytest.raises(ValueError, match="glob characters"):
-        sqlq.sql_command("iteration_summary", home_dir=glob_home)
+        queries.sql_command("iteration_summary", home_dir=glob_home)
     _fails_cleanly(["sql", "iteration_summary", "--home", str(tmp_path / "h*")], "glob characters")
     _fails_cleanly(["train", "--home", str(tmp_path / "[h]1")], "glob characters")
 

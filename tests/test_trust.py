@@ -23,7 +23,7 @@ from trace_core.policy import checkpoint as ck
 from trace_core.policy.update import UpdateConfig, make_optimizer
 from trace_core.results import Evaluation
 from trace_core.run import RunRef
-from trace_core.shards import write_parquet_atomic
+from trace_core.store.layout import write_parquet_atomic
 
 
 class Payload:

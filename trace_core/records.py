@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 
 from trace_core.envs.base import Task, replay
-from trace_core.rollout_nodes import trajectories
+from trace_core.nodes import trajectories
 
 
 def reverify(nodes: pl.DataFrame, envs: dict, tasks_by_prompt: dict[str, Task]) -> tuple[pl.DataFrame, int]:
@@ -38,17 +38,6 @@ def reverify(nodes: pl.DataFrame, envs: dict, tasks_by_prompt: dict[str, Task]) 
            .with_columns(pl.coalesce("_r", "reward").alias("reward"), pl.coalesce("_why", "reward_reason").alias("reward_reason"))
            .drop("_r", "_why"))
     return out.select(nodes.columns), mismatched
-
-
-def with_prefix_decisions(nodes: pl.DataFrame, alloc: pl.DataFrame) -> pl.DataFrame:
-    """Copy stage 4's decisions (``v_pred``, K, utility) onto the prefix nodes they were made at."""
-    alloc = alloc.select("node_id", pl.col("v_pred").alias("_v"), pl.col("k").alias("_k"),
-                         pl.col("utility").alias("_u"))
-    return (nodes.join(alloc, on="node_id", how="left")
-            .with_columns(pl.coalesce("_v", "v_pred").cast(pl.Float32).alias("v_pred"),
-                          pl.coalesce("_k", "alloc_children").cast(pl.Int32).alias("alloc_children"),
-                          pl.coalesce("_u", "utility").cast(pl.Float32).alias("utility"))
-            .drop("_v", "_k", "_u"))
 
 
 def prompt_rows(prompts: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:

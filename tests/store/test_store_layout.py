@@ -11,11 +11,13 @@ import polars as pl
 import pytest
 from store_fixture import build_fixture_store, fixture_nodes
 
-from trace_core import sqlq, store
+from trace_core import store
 from trace_core.config import TrainConfig
-from trace_core.run_record import git_commit, recording_run, write_run_row
-from trace_core.shards import ShardWriter, table_dir
-from trace_core.store_migrate import LayoutConflict, migrate_layout
+from trace_core.store import queries
+from trace_core.store.layout import table_dir
+from trace_core.store.migrate import LayoutConflict, migrate_layout
+from trace_core.store.run_row import git_commit, recording_run, write_run_row
+from trace_core.store.shards import ShardWriter
 
 QUERIES = ("wasted_by_iteration", "wasted_by_task", "wasted_by_depth", "top_wasted_prompts", "iteration_summary")
 
@@ -33,11 +35,11 @@ def _to_old_layout(home: Path) -> None:
 
 def test_old_home_is_migrated_on_open_with_the_same_answers(tmp_path):
     new = build_fixture_store(tmp_path / "new")
-    want = {q: sqlq.run_named_query(new, q, run_id="r1") for q in QUERIES}
+    want = {q: queries.run_named_query(new, q, run_id="r1") for q in QUERIES}
     old = build_fixture_store(tmp_path / "old")
     _to_old_layout(old)
     assert list(table_dir(old, "nodes").glob("run=r1/iter=00000/*.parquet"))
-    got = {q: sqlq.run_named_query(old, q, run_id="r1") for q in QUERIES}  # opening migrates
+    got = {q: queries.run_named_query(old, q, run_id="r1") for q in QUERIES}  # opening migrates
     for q in QUERIES:
         assert got[q].equals(want[q]), q
     assert not list((old / "shards").glob("*/run=*")) and not list((old / "shards").rglob("*.tmp"))

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from store_fixture import build_fixture_store, fixture_nodes
 
-from trace_core import objstore, sqlq, store
-from trace_core.shards import ShardWriter
+from trace_core import store
+from trace_core.store import objstore, queries
+from trace_core.store.shards import ShardWriter
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +43,9 @@ def test_named_queries_on_object_storage_match_a_local_home(s3_home, tmp_path):
         assert objstore.read_parquet(url).height == frame.height
     local = build_fixture_store(tmp_path)
     for name in ("wasted_by_iteration", "wasted_by_task", "wasted_by_depth", "effective_ratio_by_strategy"):
-        assert sqlq.run_named_query(s3_home, name).equals(sqlq.run_named_query(local, name)), name
-    assert "0.6667" in sqlq.sql_command("wasted_by_iteration", run_id="r1", home_dir=s3_home)
-    assert "0.6667" in sqlq.sql_command("wasted_by_iteration", run_id="r1", home_dir=Path(s3_home))  # as the CLI passes it
+        assert queries.run_named_query(s3_home, name).equals(queries.run_named_query(local, name)), name
+    assert "0.6667" in queries.sql_command("wasted_by_iteration", run_id="r1", home_dir=s3_home)
+    assert "0.6667" in queries.sql_command("wasted_by_iteration", run_id="r1", home_dir=Path(s3_home))  # as the CLI passes it
 
 
 def test_object_storage_filters_skip_files(s3_home):
@@ -58,7 +59,7 @@ def test_object_storage_filters_skip_files(s3_home):
 
 def test_object_storage_home_errors_are_one_line(s3_home):
     with pytest.raises(FileNotFoundError, match="no node store under s3://pool/elsewhere"):
-        sqlq.sql_command("wasted_by_iteration", home_dir="s3://pool/elsewhere")
+        queries.sql_command("wasted_by_iteration", home_dir="s3://pool/elsewhere")
     with pytest.raises(ValueError, match="needs a local home"):
         store.ensure_catalog(s3_home)
     with pytest.raises(ValueError, match="must start with one of"):

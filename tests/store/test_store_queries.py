@@ -6,8 +6,7 @@ import polars as pl
 import pytest
 from store_fixture import build_fixture_store
 
-from trace_core import sqlq
-from trace_core.store import query
+from trace_core.store import queries, query
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +20,7 @@ def rows(frame: pl.DataFrame, *cols: str) -> list[tuple]:
 
 def test_every_query_file_is_tested():
     tested = {n.removeprefix("test_") for n in globals() if n.startswith("test_")}
-    missing = [q for q in sqlq.list_queries() if q not in tested]
+    missing = [q for q in queries.list_queries() if q not in tested]
     assert not missing, f"named queries without a fixture test: {missing}"
 
 
@@ -52,19 +51,19 @@ def test_scope_macros_keep_one_run_or_all(home):
 
 
 def test_wasted_by_iteration(home):
-    f = sqlq.run_named_query(home, "wasted_by_iteration", run_id="r1")
+    f = queries.run_named_query(home, "wasted_by_iteration", run_id="r1")
     assert rows(f, "iteration", "trajectories", "wasted", "tokens", "wasted_tokens") == [
         (0, 6, 4, 80, 40),
         (1, 6, 3, 80, 40),  # d1 (20 tokens) owns a contrastive branch group
     ]
     assert f["wasted_share"].to_list() == [0.6667, 0.5]
     assert f["effective_ratio"].to_list() == [0.3333, 0.5]
-    everything = sqlq.run_named_query(home, "wasted_by_iteration")
+    everything = queries.run_named_query(home, "wasted_by_iteration")
     assert rows(everything, "run_id", "iteration", "wasted") == [("r1", 0, 4), ("r1", 1, 3), ("r2", 0, 0)]
 
 
 def test_wasted_by_task(home):
-    f = sqlq.run_named_query(home, "wasted_by_task", run_id="r1")
+    f = queries.run_named_query(home, "wasted_by_task", run_id="r1")
     assert rows(f, "task", "trajectories", "wasted", "mean_reward") == [
         ("math", 5, 3, 0.8),
         ("qa", 3, 3, 0.3333),
@@ -73,12 +72,12 @@ def test_wasted_by_task(home):
 
 
 def test_wasted_by_depth(home):
-    f = sqlq.run_named_query(home, "wasted_by_depth", run_id="r1")
+    f = queries.run_named_query(home, "wasted_by_depth", run_id="r1")
     assert rows(f, "anchor_depth", "trajectories", "wasted", "wasted_tokens") == [(0, 9, 6, 70), (1, 3, 1, 10)]
 
 
 def test_wasted_by_difficulty(home):
-    f = sqlq.run_named_query(home, "wasted_by_difficulty", run_id="r1")
+    f = queries.run_named_query(home, "wasted_by_difficulty", run_id="r1")
     assert rows(f, "task", "difficulty", "trajectories", "wasted") == [
         ("fc", 3, 4, 1),
         ("math", 1, 5, 3),
@@ -87,18 +86,18 @@ def test_wasted_by_difficulty(home):
 
 
 def test_top_wasted_prompts(home):
-    f = sqlq.run_named_query(home, "top_wasted_prompts", run_id="r1")
+    f = queries.run_named_query(home, "top_wasted_prompts", run_id="r1")
     assert rows(f, "prompt_id", "iterations", "trajectories", "wasted") == [
         ("A", 2, 5, 3),
         ("B", 1, 2, 2),
         ("C", 1, 1, 1),
         ("D", 1, 4, 1),
     ]
-    assert sqlq.run_named_query(home, "top_wasted_prompts", run_id="r2").height == 0
+    assert queries.run_named_query(home, "top_wasted_prompts", run_id="r2").height == 0
 
 
 def test_effective_ratio_by_strategy(home):
-    f = sqlq.run_named_query(home, "effective_ratio_by_strategy")
+    f = queries.run_named_query(home, "effective_ratio_by_strategy")
     assert rows(f, "strategy", "runs", "trajectories", "effective", "effective_ratio", "tokens",
                 "effective_per_1k_tokens") == [
         ("uniform", 1, 2, 2, 1.0, 20, 100.0),
@@ -107,7 +106,7 @@ def test_effective_ratio_by_strategy(home):
 
 
 def test_predictor_calibration_bins(home):
-    f = sqlq.run_named_query(home, "predictor_calibration_bins", run_id="r1")
+    f = queries.run_named_query(home, "predictor_calibration_bins", run_id="r1")
     assert rows(f, "kind", "bin", "predictions", "outcomes", "mean_pred", "mean_outcome", "gap") == [
         ("prefix", 5, 1, 1.0, 0.55, 1.0, 0.45),
         ("root", 0, 1, 2.0, 0.05, 0.0, -0.05),
@@ -117,7 +116,7 @@ def test_predictor_calibration_bins(home):
 
 
 def test_predictor_scores_by_iteration(home):
-    f = sqlq.run_named_query(home, "predictor_scores_by_iteration", run_id="r1")
+    f = queries.run_named_query(home, "predictor_scores_by_iteration", run_id="r1")
     root = f.filter(pl.col("kind") == "root").row(0, named=True)
     # sum w * ((v - p)^2 + p (1 - p)) / sum w = (0.005 + 0.745 + 0.0288 + 0.0025 + 0) / 11
     assert root["brier"] == pytest.approx(0.7813 / 11, abs=1e-4)
@@ -125,7 +124,7 @@ def test_predictor_scores_by_iteration(home):
 
 
 def test_budget_by_depth(home):
-    f = sqlq.run_named_query(home, "budget_by_depth", run_id="r1")
+    f = queries.run_named_query(home, "budget_by_depth", run_id="r1")
     assert rows(f, "anchor_depth", "trajectories", "trajectory_share", "tokens", "token_share", "effective") == [
         (0, 9, 0.75, 130, 0.8125, 3),
         (1, 3, 0.25, 30, 0.1875, 2),
@@ -133,12 +132,12 @@ def test_budget_by_depth(home):
 
 
 def test_allocation_histogram(home):
-    f = sqlq.run_named_query(home, "allocation_histogram", run_id="r1")
+    f = queries.run_named_query(home, "allocation_histogram", run_id="r1")
     assert rows(f, "m_alloc", "prompts") == [(0, 1), (2, 2), (3, 1)]
 
 
 def test_iteration_summary(home):
-    f = sqlq.run_named_query(home, "iteration_summary", run_id="r1")
+    f = queries.run_named_query(home, "iteration_summary", run_id="r1")
     assert f["iteration"].to_list() == [0, 1]
     assert f["accuracy"].to_list() == [0.4, 0.5]
     assert f["accuracy_qa"].null_count() == 2
@@ -146,13 +145,13 @@ def test_iteration_summary(home):
 
 def test_unknown_query_lists_known_names(home):
     with pytest.raises(KeyError, match="wasted_by_iteration"):
-        sqlq.run_named_query(home, "no_such_query")
+        queries.run_named_query(home, "no_such_query")
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "parquet"])
 def test_sql_command_formats(home, tmp_path, fmt):
     out = tmp_path / "out.parquet" if fmt == "parquet" else None
-    text = sqlq.sql_command("wasted_by_iteration", run_id="r1", fmt=fmt, home_dir=home, output=out)
+    text = queries.sql_command("wasted_by_iteration", run_id="r1", fmt=fmt, home_dir=home, output=out)
     if fmt == "table":
         assert "wasted_share" in text and "0.6667" in text
     elif fmt == "csv":
@@ -163,8 +162,8 @@ def test_sql_command_formats(home, tmp_path, fmt):
 
 
 def test_queries_on_an_empty_store(tmp_path):
-    for name in sqlq.list_queries():
-        assert sqlq.run_named_query(tmp_path, name).height == 0, name
+    for name in queries.list_queries():
+        assert queries.run_named_query(tmp_path, name).height == 0, name
 
 
 def test_group_view_agrees_with_trajectory_view(home):
@@ -190,7 +189,7 @@ def test_python_metric_agrees_with_the_views(home):
 
 
 def test_confident_allocation_by_iteration(home):
-    f = sqlq.run_named_query(home, "confident_allocation_by_iteration", run_id="r1")
+    f = queries.run_named_query(home, "confident_allocation_by_iteration", run_id="r1")
     # A (v 0.5, m 2) is not confident; B (v 0.02, m 2, 0/2) confirmed; D (v 0.97, m 3, 2/3) not
     assert rows(f, "iteration", "rollouts", "confident_rollouts", "confirmed_rollouts", "confirmed_share") == [
         (0, 7, 5, 2, 0.2857)]

@@ -5,7 +5,7 @@ Old: ``shards/{table}/run={R}/iter={N}/{stage}.parquet``. Current: ``run_id={R}/
 directory is renamed whole into ``run_id=R/iteration=N`` (one atomic rename: a reader sees the
 iteration's shards at the old place or at the new one, never half of them), then the emptied
 ``run=R`` is removed. A migration cut short resumes at the next open. Node shards written before
-the anchor columns existed get them first (``tree.with_anchors`` over the iteration's shards
+the anchor columns existed get them first (``nodes.with_anchors`` over the iteration's shards
 together, rewritten atomically), so the views' one-pass group queries see every trajectory.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import polars as pl
 
-from trace_core.shards import TABLES, fsync_dir, table_dir, write_parquet_atomic
-from trace_core.tree import with_anchors
+from trace_core.nodes import with_anchors
+from trace_core.store.layout import TABLES, fsync_dir, table_dir, write_parquet_atomic
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Literal
 
 import polars as pl
 
-from trace_core import objstore, store
-from trace_core.shards import check_home_path
+from trace_core.store import catalogue, objstore
+from trace_core.store.layout import check_home_path
 
 OutputFormat = Literal["table", "csv", "parquet"]
 FORMATS: tuple[str, ...] = ("table", "csv", "parquet")
@@ -23,14 +23,14 @@ _NOT_QUERIES = {"schema"}  # sql/schema.sql is the catalogue DDL, not a question
 
 def list_queries() -> list[str]:
     """Names of the named queries (``sql/*.sql`` except the schema), sorted."""
-    return sorted(p.stem for p in store.sql_dir().glob("*.sql") if p.stem not in _NOT_QUERIES)
+    return sorted(p.stem for p in catalogue.sql_dir().glob("*.sql") if p.stem not in _NOT_QUERIES)
 
 
 def load_query(name: str) -> str:
     known = list_queries()
     if name not in known:
         raise KeyError(f"unknown query {name!r}; known queries: {', '.join(known)}")
-    return (store.sql_dir() / f"{name}.sql").read_text()
+    return (catalogue.sql_dir() / f"{name}.sql").read_text()
 
 
 def describe_query(name: str) -> str:
@@ -47,8 +47,8 @@ def run_named_query(home_dir: str | Path, name: str, run_id: str | None = None, 
                     skip_bad: bool = False) -> pl.DataFrame:
     """Run ``sql/NAME.sql`` over the shards under ``home_dir``; ``run_id=None`` = all runs;
     ``skip_bad``: leave out shards that do not open (``CorruptShard`` names the first otherwise).
-    ``home_dir`` may be an object-storage home (``s3://bucket/prefix``, see ``trace_core.objstore``)."""
-    return store.query(home_dir, load_query(name), {"run_id": run_id}, skip_bad=skip_bad)
+    ``home_dir`` may be an object-storage home (``s3://bucket/prefix``, see ``trace_core.store.objstore``)."""
+    return catalogue.query(home_dir, load_query(name), {"run_id": run_id}, skip_bad=skip_bad)
 
 
 def render(frame: pl.DataFrame, fmt: OutputFormat) -> str:
@@ -84,7 +84,7 @@ def sql_command(
     home_dir = objstore.normalize(home_dir)
     if objstore.is_remote(home_dir):
         home = str(home_dir)
-        if not store.has_store(home):
+        if not catalogue.has_store(home):
             raise FileNotFoundError(f"no node store under {home} (no shards/); check --home")
     else:
         home = _local_home(home_dir)
@@ -105,6 +105,6 @@ def _local_home(home_dir: str | Path) -> Path:
     home = check_home_path(home_dir)  # glob characters would read other homes' shards
     if home.exists() and not home.is_dir():
         raise NotADirectoryError(f"home {home} is a file, not a run home directory")
-    if not store.has_store(home):  # a mistyped --home: say so, create nothing
-        raise FileNotFoundError(f"no node store under {home} (no shards/ or {store.CATALOG_FILE}); check --home")
+    if not catalogue.has_store(home):  # a mistyped --home: say so, create nothing
+        raise FileNotFoundError(f"no node store under {home} (no shards/ or {catalogue.CATALOG_FILE}); check --home")
     return home

@@ -17,12 +17,12 @@ import polars as pl
 from pydantic import BaseModel
 
 from trace_core.config_io import config_hash
-from trace_core.rollout_nodes import utc_now
-from trace_core.shards import ShardWriter, read_shard
+from trace_core.nodes import utc_now
+from trace_core.store.shards import ShardWriter, read_shard
 
 STAGE = "run"
 STATUSES = ("running", "finished", "failed")
-_CODE_DIR = Path(__file__).resolve().parent
+_CODE_DIR = Path(__file__).resolve().parents[1]  # trace_core/: the code a run came from
 
 
 def git(*args: str, directory: str | Path = _CODE_DIR) -> subprocess.CompletedProcess | None:
