@@ -16,21 +16,54 @@ from flows.train import run_name, train_flow
 from tasks.artifacts import name_flow_run, prefect_link_tags
 from trace_core.compare import comparison_markdown, comparison_table
 from trace_core.config import TrainConfig
+from trace_core.learning import at_budget, curve_frame, learning_markdown, learning_table, mean_ci
 from trace_core.run import RunRef
 from trace_core.store.layout import table_dir
 from tracking.links import git_state
 from tracking.mlflow_tracker import Tracker
-from tracking.plots_compare import plot_accuracy_vs_tokens, plot_effective_by_iteration
+from tracking.plots_compare import plot_accuracy_vs_tokens, plot_effective_by_iteration, plot_learning_curves
 
 
 def child_run_id(compare_id: str, strategy: str, seed: int) -> str:
     return f"{compare_id}-{strategy}-s{seed}"
 
 
+def read_table(home: str, table: str, run_ids: list[str]) -> pl.DataFrame:
+    """The rows of ``table`` (iterations, evaluations) written by ``run_ids``."""
+    files = sorted(f for r in run_ids for f in (table_dir(home, table) / f"run_id={r}").glob("iteration=*/final.parquet"))
+    if not files:
+        return pl.DataFrame()
+    return pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed").filter(pl.col("run_id").is_in(run_ids))
+
+
 def read_iterations(home: str, run_ids: list[str]) -> pl.DataFrame:
-    files = sorted(table_dir(home, "iterations").glob("run_id=*/iteration=*/final.parquet"))
-    frame = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed")
-    return frame.filter(pl.col("run_id").is_in(run_ids))
+    return read_table(home, "iterations", run_ids)
+
+
+def learning_section(home: str, children: list[str], strategies: list[str], out) -> tuple[str, list]:
+    """The learning curves of a comparison: table (markdown) and plots, from the children's
+    ``evaluations`` and ``iterations`` rows; empty when fewer than two evaluations were made."""
+    evals = read_table(home, "evaluations", children)
+    if evals.height == 0 or evals["iteration"].n_unique() < 2:
+        return "", []
+    curves = curve_frame(read_iterations(home, children), evals)
+    baseline = "grpo" if "grpo" in strategies else strategies[0]
+    table, ctx = learning_table(curves, baseline=baseline, order=strategies)
+    curves.write_csv(out / "learning_curves.csv")
+    table.write_csv(out / "learning.csv")
+    plots = [plot_learning_curves(curves, out / "learning_tokens.png", x="tokens"),
+             plot_learning_curves(curves, out / "learning_seconds.png", x="seconds")]
+    plots += [plot_learning_curves(curves, out / f"learning_tokens_{f}.png", family=f)
+              for f in sorted(set(curves["family"].to_list()) - {"all"})]
+    lines = ["## Learning curves", "", learning_markdown(table, ctx), ""]
+    per_family = []
+    for f in sorted(set(curves["family"].to_list()) - {"all"}):
+        pts = at_budget(curves, (1.0,), family=f)
+        cells = [f"{s} {100 * mean_ci(pts.filter(pl.col('strategy') == s)['accuracy'])[0]:.1f}"
+                 for s in strategies if pts.filter(pl.col("strategy") == s).height]
+        per_family.append(f"* {f}: " + ", ".join(cells))
+    lines += ["Per family at the last token checkpoint (%):", "", *per_family, ""]
+    return "\n".join(lines), plots + [out / "learning.csv", out / "learning_curves.csv"]
 
 
 @task(name="train-child", task_run_name="train-child {run_id}", cache_policy=NO_CACHE)
@@ -85,15 +118,18 @@ def compare_flow(config: TrainConfig, strategies: list[str], seeds: int = 1, hom
     out.mkdir(parents=True, exist_ok=True)
     plots = [plot_effective_by_iteration(iterations, out / "effective_ratio_by_iteration.png"),
              plot_accuracy_vs_tokens(iterations, out / "accuracy_vs_tokens.png")]
+    learning, learning_files = learning_section(home, children, strategies, out)
     md = "\n".join([f"# Strategy comparison {cid}", "",
-                    f"{len(strategies)} strategies x {seeds} seed(s), {base.run.iterations} iterations, "
-                    f"{base.allocation.budget_total} trajectories per iteration each; mean ± 95% CI over seeds.",
-                    "", comparison_markdown(table), ""] + [f"![{p.stem}]({p.name})" for p in plots])
+                     f"{len(strategies)} strategies x {seeds} seed(s), {base.run.iterations} iterations, "
+                     f"{base.allocation.budget_total} trajectories per iteration each; mean ± 95% CI over seeds.",
+                     "", learning, "## Budget", "", comparison_markdown(table), ""]
+                    + [f"![{p.stem}]({p.name})" for p in [*plots, *learning_files] if p.suffix == ".png"])
     (out / "compare.md").write_text(md)
     table.write_csv(out / "compare.csv")
-    for p in [*plots, out / "compare.csv"]:
+    for p in [*plots, *learning_files, out / "compare.csv"]:
         parent.log_artifact(p)
     parent.log_text(md, "compare.md")
     parent.finish()
     create_markdown_artifact(key=f"compare-{cid}".lower().replace("_", "-")[:100], markdown=md)
-    return {"compare_id": cid, "runs": children, "report": md, "table": table.to_dicts()}
+    return {"compare_id": cid, "runs": children, "report": md, "table": table.to_dicts(),
+            "learning": learning}

@@ -21,6 +21,7 @@ from tasks.artifacts import name_flow_run, prefect_link_tags, publish_iteration,
 from tasks.stages import StageRunner, stage_tasks
 from trace_core.config import TrainConfig
 from trace_core.config_io import config_hash
+from trace_core.iteration import record_evaluation
 from trace_core.policy.checkpoint import retire_checkpoints
 from trace_core.results import Evaluation, IterationResults
 from trace_core.run import RunRef, initial_checkpoint, new_run_id
@@ -67,6 +68,7 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
 
         checkpoint = initial_checkpoint(cfg)
         accuracy = before = t.evaluate(cfg, checkpoint)  # its per-cell outcomes: the predictor's first prior
+        record_evaluation(ref, cfg, 0, before)  # the learning curve's first point (`evaluations` view)
         tracker.log(evaluation_metrics(accuracy), step=0)
         publish_mlflow_link(ref.run_id, tracker.mlflow_link())  # the MLflow run, from the Prefect UI
         history = []
@@ -78,7 +80,7 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
             roots = run(t.allocate_roots, ref, cfg, i, predictor)                                  # (2)
             raw = run(t.generate_raw_rollouts, ref, cfg, i, checkpoint, roots)                     # (3)
             prefixes = run(t.score_prefixes, ref, cfg, i, predictor, roots, raw)                   # (4)
-            extensions = run(t.extend_prefixes, ref, cfg, i, checkpoint, raw, prefixes)            # (5)
+            extensions = run(t.extend_and_refill, ref, cfg, i, checkpoint, raw, prefixes)            # (5)
             verified = run(t.verify_rewards, ref, cfg, i, predictor, roots, raw, prefixes, extensions)  # (6)
             update = run(t.update_policy, ref, cfg, i, checkpoint, verified)                       # (7)
             checkpoint = update.checkpoint
@@ -86,6 +88,7 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
             last = i == cfg.run.iterations - 1
             due = last or (cfg.run.eval_every and (i + 1) % cfg.run.eval_every == 0)
             accuracy = run(t.evaluate, cfg, checkpoint) if due else Evaluation()
+            record_evaluation(ref, cfg, i + 1, accuracy)
             results = IterationResults(predictor=predictor, roots=roots, raw=raw, prefixes=prefixes,
                                        extensions=extensions, verified=verified, update=update)
             row = run(t.record_iteration, ref, cfg, i, results, accuracy)

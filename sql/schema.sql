@@ -24,6 +24,13 @@ UNION ALL BY NAME
 SELECT * FROM read_parquet('shards/iterations/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
     hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, union_by_name = true, allow_empty = true);
 
+-- One row per (evaluation, split, family): held-out accuracy after `iteration` iterations (0 = warm start).
+CREATE OR REPLACE VIEW evaluations AS
+SELECT * FROM read_parquet('shards/evaluations/_schema.parquet')
+UNION ALL BY NAME
+SELECT * FROM read_parquet('shards/evaluations/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
+    hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, union_by_name = true, allow_empty = true);
+
 CREATE OR REPLACE VIEW predictions AS
 SELECT * FROM read_parquet('shards/predictions/_schema.parquet')
 UNION ALL BY NAME

@@ -27,8 +27,8 @@ def progress_line(i: int, results: IterationResults, row: dict) -> str:
     secs = sum(results.stage_seconds().values())
     return (f"iter {i}: roots {roots.active}/{roots.candidates} prompts, {raw.trajectories} raw "
             f"@ {raw.tokens_per_s:.0f} tok/s | prefixes {pre.branched}/{pre.prefixes} branched, "
-            f"{ext.trajectories} continuations"
-            + (f" + {ext.wave_trajectories} second-wave raw" if ext.wave_trajectories else "")
+            f"{ext.continuations} continuations"
+            + (f" + {ext.refill_trajectories} second-wave raw" if ext.refill_trajectories else "")
             + f" | budget {row['budget_used']}/{row['budget_asked']} | "
             f"effective {ver.effective_ratio:.1%} (wasted {ver.wasted}) | train reward "
             f"{ver.train_reward:.2f} | loss {results.update.loss or 0.0:+.4f}"

@@ -90,7 +90,7 @@ class StageTasks:
     allocate_roots: Task
     generate_raw_rollouts: Task
     score_prefixes: Task
-    extend_prefixes: Task
+    extend_and_refill: Task
     verify_rewards: Task
     update_policy: Task
     evaluate: Task
@@ -128,7 +128,7 @@ _TASKS = StageTasks(
     allocate_roots=_stage(it.allocate_roots, "allocate-roots"),
     generate_raw_rollouts=_stage(it.generate_raw_rollouts, "generate-raw-rollouts", **_ENGINE),
     score_prefixes=_stage(it.score_prefixes, "score-prefixes"),
-    extend_prefixes=_stage(it.extend_prefixes, "extend-prefixes", **_ENGINE),
+    extend_and_refill=_stage(it.extend_and_refill, "extend-and-refill", **_ENGINE),
     verify_rewards=_stage(it.verify_rewards, "verify-rewards"),
     update_policy=_stage(it.update_policy, "update-policy", **_ENGINE),
     evaluate=_stage(it.evaluate, "evaluate"),
@@ -137,7 +137,7 @@ _TASKS = StageTasks(
 
 
 # stages that run the engine or the trainer and can hang on a wedged device or collective
-TIMED_STAGES = frozenset({"generate_raw_rollouts", "extend_prefixes", "update_policy"})
+TIMED_STAGES = frozenset({"generate_raw_rollouts", "extend_and_refill", "update_policy"})
 
 
 def stage_tasks(home: str | Path, timeout: float | None = None) -> StageTasks:

@@ -12,7 +12,7 @@ def run_until_verified(ref, cfg, checkpoint: str, before) -> dict:
     roots = it.allocate_roots(ref, cfg, 0, pred)
     raw = it.generate_raw_rollouts(ref, cfg, 0, checkpoint, roots)
     prefixes = it.score_prefixes(ref, cfg, 0, pred, roots, raw)
-    extensions = it.extend_prefixes(ref, cfg, 0, checkpoint, raw, prefixes)
+    extensions = it.extend_and_refill(ref, cfg, 0, checkpoint, raw, prefixes)
     verified = it.verify_rewards(ref, cfg, 0, pred, roots, raw, prefixes, extensions)
     return {"predictor": pred, "roots": roots, "raw": raw, "prefixes": prefixes, "extensions": extensions,
             "verified": verified}

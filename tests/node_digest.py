@@ -1,5 +1,6 @@
 """A per-column digest of a node table: what the pinned-output test compares (timing columns
-left out; rows in node-id order)."""
+left out; rows in node-id order; floats rounded to 3 decimals, since log-probs and predictor
+outputs differ in their last bits between CPUs with different SIMD kernels)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import hashlib
 import polars as pl
 
 VOLATILE = ("gen_seconds", "created_at")
+DECIMALS = 3
 
 
 def node_digest(nodes: pl.DataFrame) -> dict[str, str]:
@@ -15,6 +17,10 @@ def node_digest(nodes: pl.DataFrame) -> dict[str, str]:
     out = {"rows": str(frame.height)}
     for col in frame.columns:
         series = frame[col]
+        if series.dtype.is_float():
+            series = series.round(DECIMALS)
+        elif isinstance(series.dtype, pl.List) and series.dtype.inner.is_float():
+            series = series.list.eval(pl.element().round(DECIMALS))
         if isinstance(series.dtype, pl.List):
             series = series.list.eval(pl.element().cast(pl.Utf8)).list.join(",")
         text = "\n".join("" if v is None else repr(v) for v in series.to_list())

@@ -62,7 +62,9 @@ def test_extensions_spend_what_is_left(one_iteration):
     assert res.prefixes.ext_budget == cfg.allocation.budget_total - res.raw.trajectories
     assert res.prefixes.ext_used <= res.prefixes.ext_budget
     ext = pl.read_parquet(res.extensions.path)
-    assert res.extensions.trajectories == (int(ext["is_leaf"].sum()) if ext.height else 0) == res.prefixes.ext_used
+    assert res.extensions.trajectories == (int(ext["is_leaf"].sum()) if ext.height else 0)
+    assert res.extensions.continuations == res.prefixes.ext_used
+    assert res.extensions.refill_trajectories == res.prefixes.refill_rollouts
 
 
 def test_verified_shard_and_metrics(one_iteration):
@@ -71,7 +73,7 @@ def test_verified_shard_and_metrics(one_iteration):
     nodes = pl.read_parquet(res.verified.nodes)
     leaves = nodes.filter(pl.col("is_leaf"))
     assert leaves["reward"].null_count() == 0 and leaves["reward_reason"].null_count() == 0
-    generated = res.raw.trajectories + res.extensions.trajectories + res.extensions.wave_trajectories
+    generated = res.raw.trajectories + res.extensions.trajectories
     assert res.verified.trajectories == generated <= cfg.allocation.budget_total
     assert 0.0 <= res.verified.effective_ratio <= 1.0
     assert res.verified.effective + res.verified.wasted == res.verified.trajectories
@@ -112,10 +114,10 @@ def test_one_price_across_the_stages(one_iteration):
     assert res.roots.root_budget < cfg.allocation.budget_total  # a reserve was held back
     alloc = pl.read_parquet(res.prefixes.path)
     assert {"v_pred", "flip", "r", "k"} <= set(alloc.columns)
-    assert res.raw.trajectories + res.prefixes.ext_used + res.prefixes.wave_rollouts <= cfg.allocation.budget_total
-    if res.extensions.wave_prompts:
+    assert res.raw.trajectories + res.prefixes.ext_used + res.prefixes.refill_rollouts <= cfg.allocation.budget_total
+    if res.prefixes.refill_prompts:
         first = pl.read_parquet(res.roots.prompts)
-        wave = pl.read_parquet(res.extensions.wave_prompts)
+        wave = pl.read_parquet(res.prefixes.refill_prompts)
         both = (first["m_alloc"] > 0) & (wave["m_alloc"] > 0)
         assert not both.any()
-        assert res.extensions.wave_trajectories == int(wave["m_alloc"].sum())
+        assert res.extensions.refill_trajectories == int(wave["m_alloc"].sum())

@@ -69,7 +69,7 @@ def test_a_transient_cause_counts_a_bug_wrapper_does_not_hide_it():
 
 
 def test_stage_timeout_applies_to_generation_and_update_only(tmp_path):
-    assert TIMED_STAGES == {"generate_raw_rollouts", "extend_prefixes", "update_policy"}
+    assert TIMED_STAGES == {"generate_raw_rollouts", "extend_and_refill", "update_policy"}
     t = stage_tasks(tmp_path, timeout=30)
     for name in TIMED_STAGES:
         task = getattr(t, name)

@@ -47,6 +47,11 @@ class RunConfig(BaseModel):
     eval_samples: int = Field(2, ge=1, le=64, description="Samples per held-out prompt (accuracy = mean reward).")
     eval_every: int = Field(
         0, ge=0, le=100_000, description="Evaluate every k iterations (0 = only before the first and after the last).")
+    probe_tasks: int = Field(
+        0, ge=0, le=100_000,
+        description="Training prompts re-scored at every evaluation (a fixed sample of the training stream, "
+        "eval_samples each): rising probe but flat held-out accuracy means 'not generalising', both flat "
+        "means 'not learning'. 0 = off.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Torch device for generation and updates.")
     threads: int = Field(0, ge=0, le=1024, description="torch.set_num_threads on CPU (0 = leave torch's default).")
     rollout_workers: int = Field(

@@ -4,7 +4,7 @@
     allocate_roots         (2) score the candidate pool, choose m_i rollouts per prompt
     generate_raw_rollouts  (3) m_i multi-turn rollouts per chosen prompt, every node recorded
     score_prefixes         (4) predict V at every open prefix, choose K_ijt continuations
-    extend_prefixes        (5) K continuations from each chosen prefix
+    extend_and_refill      (5) K continuations from each chosen prefix, then the second root wave
     verify_rewards         (6) re-verify rewards; subtree means, advantages, metrics; final shards
     update_policy          (7) clipped-surrogate update on the trees, next checkpoint
     evaluate, record_iteration   held-out accuracy; the iteration's summary row
@@ -19,6 +19,7 @@ not final live under ``runs/<id>/staging/``; the verified node table is the shar
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -28,11 +29,12 @@ import torch
 
 from trace_core.advantage import compute_advantages
 from trace_core.allocation import get_strategy
+from trace_core.allocation.planner import RootPlan, plan_prefixes, plan_roots
 from trace_core.config import TrainConfig
 from trace_core.metrics import trajectory_metrics
 from trace_core.nodes import nodes_frame, root_rows, with_prefix_decisions
 from trace_core.policy.live import load_policy_for
-from trace_core.prompts import candidate_pool, heldout_pool, tasks_by_id
+from trace_core.prompts import candidate_pool, heldout_pool, probe_pool, tasks_by_id
 from trace_core.records import (
     confirmed_confident_share,
     iteration_row,
@@ -138,40 +140,36 @@ def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int, prior: Eval
     return PredictorFit(path=str(path), fit=report.as_dict(), seconds=time.perf_counter() - t0)
 
 
-def continuation_reserve(ref: RunRef, iteration: int, slack: float) -> int | None:
-    """What the previous iteration bought in continuations, times ``slack`` (``allocation.reserve_slack``;
-    None at iteration 0): the first root wave leaves this much of the budget for the prefix stage to price."""
+def previous_continuations(ref: RunRef, iteration: int) -> int | None:
+    """Continuations the previous iteration bought (None at iteration 0 or when its shard is
+    gone): the planner sizes the first root wave's reserve from it."""
     if iteration == 0:
         return None
     path = shard_path(ref.home, "nodes", ref.run_id, "final", iteration - 1)
     if not path.is_file():
         return None
-    prev = read_shard(path)
-    bought = prev.filter(pl.col("is_leaf") & (pl.col("origin") == "extension")).height
-    return int(np.ceil(slack * bought))
+    return read_shard(path).filter(pl.col("is_leaf") & (pl.col("origin") == "extension")).height
 
 
 def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit) -> RootAllocation:
-    """(2) Score the candidate pool and choose m_i per prompt (0 skips it)."""
+    """(2) Score the candidate pool; the planner chooses m_i per prompt (0 skips it), the reserve
+    and the roots' price."""
     t0 = time.perf_counter()
     tasks = candidate_pool(cfg, iteration)
     v = _clip(_load_predictor(predictor.path).predict(root_rows(ref.run_id, iteration, cfg.allocation.strategy, tasks)), cfg)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
-    strategy = get_strategy(cfg.allocation.strategy)
-    budget = strategy.root_budget(cfg.allocation, continuation_reserve(ref, iteration, cfg.allocation.reserve_slack))
-    m = np.asarray(strategy.allocate_roots(v, cfg.allocation, rng, budget=budget), dtype=np.int64)
-    utility = root_utility(v, m)
+    plan = plan_roots(v, cfg.allocation, rng, previous_continuations=previous_continuations(ref, iteration))
+    utility = root_utility(v, plan.m)
     prompts = pl.DataFrame({
         "run_id": ref.run_id, "strategy": cfg.allocation.strategy, "iteration": iteration,
         "prompt_id": [t.prompt_id for t in tasks], "task": [t.family for t in tasks],
-        "difficulty": [t.difficulty for t in tasks], "v_pred": v, "m_alloc": m, "utility": utility,
+        "difficulty": [t.difficulty for t in tasks], "v_pred": v, "m_alloc": plan.m, "utility": utility,
     })
     path = write_parquet_atomic(prompts, ref.staging(iteration, "prompts"))
-    return RootAllocation(prompts=str(path), candidates=len(tasks), active=int((m > 0).sum()),
-                          root_budget_used=int(m.sum()), expected_contrastive=float(utility.sum()),
-                          expected_effective=float((m * utility).sum()), root_budget=budget,
-                          threshold=float(strategy.root_threshold(v, m, cfg.allocation)),
-                          seconds=time.perf_counter() - t0)
+    return RootAllocation(prompts=str(path), candidates=len(tasks), active=int((plan.m > 0).sum()),
+                          root_budget_used=plan.used, expected_contrastive=float(utility.sum()),
+                          expected_effective=float((plan.m * utility).sum()), root_budget=plan.budget,
+                          threshold=plan.price, seconds=time.perf_counter() - t0)
 
 
 def _generation(nodes: pl.DataFrame, path: Path, t0: float) -> Generation:
@@ -212,44 +210,55 @@ def _prefix_values(pred, nodes: pl.DataFrame, cands: pl.DataFrame, cfg: TrainCon
     return v_node, flip, r, np.where(r > 0.5, 1.0 - flip, flip)
 
 
+def _root_plan(cfg: TrainConfig, roots: RootAllocation, prompts: pl.DataFrame) -> RootPlan:
+    """The first wave's plan as stage 2 recorded it (``RootAllocation`` + its prompts shard)."""
+    return RootPlan(m=prompts["m_alloc"].to_numpy().astype(np.int64), budget=roots.root_budget,
+                    reserve=cfg.allocation.budget_total - roots.root_budget, price=roots.threshold)
+
+
+def _zero_variance_groups(nodes: pl.DataFrame) -> int:
+    """Root groups of the raw rollouts whose rewards are all equal (what dynamic sampling replaces)."""
+    leaves = nodes.filter(pl.col("is_leaf"))
+    if leaves.height == 0:
+        return 0
+    g = leaves.group_by("prompt_id").agg(pl.col("reward").min().alias("lo"), pl.col("reward").max().alias("hi"))
+    return int((g["lo"] == g["hi"]).sum())
+
+
 def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
                    raw: Generation) -> PrefixAllocation:
-    """(4) Predict V at every open prefix and choose K continuations per prefix; with one price,
-    continuations must beat the roots' price, and what they leave is spent where it is worth most
-    (more continuations, or a second root wave that stage 5 generates)."""
+    """(4) Predict V at every open prefix; the planner chooses K continuations per prefix (with one
+    price, only where they beat the roots' price) and spends what is left where it is worth most:
+    more continuations, or a second root wave (the refill stage 5 generates)."""
     t0 = time.perf_counter()
     nodes = read_shard(raw.path)
     cands = prefix_candidates(nodes)
     v_node, flip, r, v = _prefix_values(_load_predictor(predictor.path), nodes, cands, cfg)
-    ext_budget = max(cfg.allocation.budget_total - raw.trajectories, 0)
-    remaining = np.maximum(cfg.env.max_turns - cands["depth"].to_numpy(), 1)
-    rng = np.random.default_rng(iteration_seed(cfg, iteration, "prefixes"))
-    strategy = get_strategy(cfg.allocation.strategy)
-    k = np.asarray(strategy.allocate_prefixes(v, r, cands["depth"].to_numpy(), remaining, ext_budget, cfg.allocation,
-                                              rng, min_gain=roots.threshold), dtype=np.int64)
+    depth = cands["depth"].to_numpy()
     prompts = read_shard(roots.prompts)
-    m2, extra = strategy.spend_leftover(prompts["v_pred"].to_numpy(), prompts["m_alloc"].to_numpy() > 0, v, r, k,
-                                        ext_budget - int(k.sum()), cfg.allocation)
-    k = k + np.asarray(extra, dtype=np.int64)
-    alloc = pl.DataFrame({"node_id": cands["node_id"], "v_pred": v_node, "flip": flip, "r": r, "k": k,
-                          "utility": prefix_utility(v, r, k) if len(k) else np.zeros(0)},
+    plan = plan_prefixes(_root_plan(cfg, roots, prompts), prompts["v_pred"].to_numpy(), v, r, depth,
+                         np.maximum(cfg.env.max_turns - depth, 1), raw.trajectories, cfg.allocation,
+                         np.random.default_rng(iteration_seed(cfg, iteration, "prefixes")),
+                         zero_variance_groups=_zero_variance_groups(nodes))
+    alloc = pl.DataFrame({"node_id": cands["node_id"], "v_pred": v_node, "flip": flip, "r": r, "k": plan.k,
+                          "utility": prefix_utility(v, r, plan.k) if len(plan.k) else np.zeros(0)},
                          schema_overrides={"k": pl.Int64})
-    wave = None
-    if int(np.sum(m2)) > 0:
-        m2 = np.asarray(m2, dtype=np.int64)
-        wave = str(write_parquet_atomic(prompts.with_columns(
-            pl.Series("m_alloc", m2), pl.Series("utility", root_utility(prompts["v_pred"].to_numpy(), m2))),
-            ref.staging(iteration, "prompts_wave2")))
+    refill = None
+    if plan.wave_rollouts > 0:
+        refill = str(write_parquet_atomic(prompts.with_columns(
+            pl.Series("m_alloc", plan.second_wave),
+            pl.Series("utility", root_utility(prompts["v_pred"].to_numpy(), plan.second_wave))),
+            ref.staging(iteration, "refill_prompts")))
     path = write_parquet_atomic(alloc, ref.staging(iteration, "prefix_alloc"))
-    return PrefixAllocation(path=str(path), prefixes=cands.height, ext_budget=ext_budget, ext_used=int(k.sum()),
-                            branched=int((k > 0).sum()), wave_prompts=wave, wave_rollouts=int(np.sum(m2)),
-                            seconds=time.perf_counter() - t0)
+    return PrefixAllocation(path=str(path), prefixes=cands.height, ext_budget=plan.budget,
+                            ext_used=plan.continuations, branched=int((plan.k > 0).sum()), refill_prompts=refill,
+                            refill_rollouts=plan.wave_rollouts, seconds=time.perf_counter() - t0)
 
 
-def extend_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, raw: Generation,
-                    prefixes: PrefixAllocation) -> Extensions:
-    """(5) K continuations from each chosen prefix (environment replayed, prefix KV shared), and
-    the second root wave stage 4 bought with what the continuations left (one price only)."""
+def extend_and_refill(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, raw: Generation,
+                      prefixes: PrefixAllocation) -> Extensions:
+    """(5) K continuations from each chosen prefix (environment replayed, prefix KV shared), then
+    the second root wave the plan bought with what they left (the refill): one shard of new nodes."""
     t0 = time.perf_counter()
     alloc = read_shard(prefixes.path).filter(pl.col("k") > 0)
     counts = dict(zip(alloc["node_id"].to_list(), alloc["k"].to_list(), strict=True))
@@ -259,14 +268,13 @@ def extend_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: s
                                        nodes=read_shard(raw.path), counts=counts,
                                        sampling=_sampling(cfg, iteration, "extend"), cfg=rollout_config(cfg),
                                        seed=iteration_seed(cfg, iteration, "extend"))
-    cont = _generation(new, write_parquet_atomic(new, ref.staging(iteration, "extensions")), t0)
-    if not prefixes.wave_prompts:
-        return Extensions(**{**cont.model_dump(), "seconds": time.perf_counter() - t0})
-    wave = _raw_rollouts(cfg, ref, iteration, checkpoint, read_shard(prefixes.wave_prompts), "raw-wave2")
-    return Extensions(**{**cont.model_dump(), "seconds": time.perf_counter() - t0},
-                      wave_path=str(write_parquet_atomic(wave, ref.staging(iteration, "raw_wave2"))),
-                      wave_prompts=prefixes.wave_prompts, wave_trajectories=int(wave["is_leaf"].sum() or 0),
-                      wave_tokens=int(wave["new_tokens"].sum() or 0))
+    continuations = int(new["is_leaf"].sum() or 0) if new.height else 0
+    if prefixes.refill_prompts:
+        wave = _raw_rollouts(cfg, ref, iteration, checkpoint, read_shard(prefixes.refill_prompts), "raw-wave2")
+        new = pl.concat([new, wave], how="vertical_relaxed") if new.height else wave
+    gen = _generation(new, write_parquet_atomic(new, ref.staging(iteration, "extensions")), t0)
+    return Extensions(**gen.model_dump(), continuations=continuations,
+                      refill_trajectories=gen.trajectories - continuations)
 
 
 def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
@@ -274,16 +282,15 @@ def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     """(6) Re-verify rewards, fill subtree rewards, prefix decisions and advantages; write the
     iteration's node, prompt and prediction shards (the rows behind the views)."""
     t0 = time.perf_counter()
-    parts = [raw.path, extensions.path] + ([extensions.wave_path] if extensions.wave_path else [])
-    nodes = pl.concat([read_shard(p) for p in parts], how="vertical_relaxed")
+    nodes = pl.concat([read_shard(raw.path), read_shard(extensions.path)], how="vertical_relaxed")
     nodes, mismatched = reverify(nodes, environments(cfg), tasks_by_id(cfg, iteration))
     nodes = with_prefix_decisions(nodes, read_shard(prefixes.path))
     nodes = compute_advantages(nodes, cfg.advantage)
     writer = ShardWriter(ref.home, ref.run_id, strategy=cfg.allocation.strategy)
     writer.write("nodes", nodes, stage="final", iteration=iteration)
     prompts = read_shard(roots.prompts)
-    if extensions.wave_prompts:  # the second wave's m (it samples only prompts the first skipped)
-        wave = read_shard(extensions.wave_prompts)
+    if prefixes.refill_prompts:  # the plan's second wave (it samples only prompts the first skipped)
+        wave = read_shard(prefixes.refill_prompts)
         prompts = prompts.with_columns(pl.col("m_alloc") + wave["m_alloc"],
                                        pl.when(wave["m_alloc"] > 0).then(wave["utility"]).otherwise(pl.col("utility")))
     prompts = prompt_rows(prompts, nodes)
@@ -337,27 +344,54 @@ def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str
 
 
 # ----------------------------------------------------------------------------- evaluate, record
+def _sampled_rewards(cfg: TrainConfig, checkpoint: str, tasks, stage: str) -> np.ndarray:
+    """(tasks, eval_samples) rewards; the sampling seeds are fixed per config (not per checkpoint),
+    so every checkpoint of a run is scored on the same episodes' randomness."""
+    seed = iteration_seed(cfg, 0, stage)
+    return rollouts_for(cfg).evaluate(checkpoint, tasks=tasks, samples=cfg.run.eval_samples,
+                                      sampling=cfg.sampling.model_copy(update={"seed": bounded_seed(seed)}),
+                                      cfg=rollout_config(cfg), seed=seed)
+
+
 def evaluate(cfg: TrainConfig, checkpoint: str) -> Evaluation:
-    """Held-out accuracy (mean sampled reward) per family and overall."""
+    """Held-out accuracy (mean sampled reward) per family and overall; with ``run.probe_tasks``,
+    also the reward on a fixed probe of training prompts."""
     t0 = time.perf_counter()
     tasks = heldout_pool(cfg)
     if not tasks or cfg.run.eval_tasks == 0:
         return Evaluation()
-    seed = iteration_seed(cfg, 0, "eval")  # the same episodes' randomness for every checkpoint
-    rewards = rollouts_for(cfg).evaluate(checkpoint, tasks=tasks, samples=cfg.run.eval_samples,
-                                         sampling=cfg.sampling.model_copy(update={"seed": bounded_seed(seed)}),
-                                         cfg=rollout_config(cfg), seed=seed)
-    return _evaluation(tasks, rewards, time.perf_counter() - t0)
+    rewards = _sampled_rewards(cfg, checkpoint, tasks, "eval")
+    probe = probe_pool(cfg)
+    probe_rewards = _sampled_rewards(cfg, checkpoint, probe, "probe") if probe else None
+    return _evaluation(tasks, rewards, time.perf_counter() - t0, probe_rewards)
 
 
-def _evaluation(tasks, rewards: np.ndarray, seconds: float) -> Evaluation:
+def _evaluation(tasks, rewards: np.ndarray, seconds: float, probe: np.ndarray | None = None) -> Evaluation:
     fam = np.array([t.family for t in tasks])
     cells = pl.DataFrame({"task": fam, "difficulty": [int(t.difficulty) for t in tasks],
                           "s": (rewards > 0.5).sum(axis=1), "n": np.full(len(tasks), rewards.shape[1])})
     cells = cells.group_by("task", "difficulty").agg(pl.col("s").sum(), pl.col("n").sum()).sort("task", "difficulty")
     return Evaluation(accuracy=float(rewards.mean()),
                       by_family={f: float(rewards[fam == f].mean()) for f in sorted(set(fam))},
-                      cells=[tuple(r) for r in cells.iter_rows()], seconds=seconds)
+                      cells=[tuple(r) for r in cells.iter_rows()], seconds=seconds, episodes=int(rewards.size),
+                      probe_accuracy=None if probe is None else float(probe.mean()),
+                      probe_episodes=0 if probe is None else int(probe.size))
+
+
+def record_evaluation(ref: RunRef, cfg: TrainConfig, iteration: int, ev: Evaluation) -> None:
+    """The ``evaluations`` rows of one evaluation after ``iteration`` iterations (0 = the warm start):
+    held-out accuracy overall and per family, and the training probe's."""
+    if ev.accuracy is None:
+        return
+    now = datetime.now(UTC).replace(tzinfo=None)
+    rows = [("heldout", "all", ev.accuracy, ev.episodes)]
+    rows += [("heldout", f, a, 0) for f, a in ev.by_family.items()]
+    if ev.probe_accuracy is not None:
+        rows.append(("probe", "all", ev.probe_accuracy, ev.probe_episodes))
+    frame = pl.DataFrame({"strategy": cfg.allocation.strategy, "split": [r[0] for r in rows],
+                          "family": [r[1] for r in rows], "accuracy": [float(r[2]) for r in rows],
+                          "episodes": [int(r[3]) for r in rows], "seconds": ev.seconds, "created_at": now})
+    ShardWriter(ref.home, ref.run_id).write("evaluations", frame, stage="final", iteration=iteration)
 
 
 def record_iteration(ref: RunRef, cfg: TrainConfig, iteration: int, results: IterationResults,

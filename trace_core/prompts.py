@@ -95,3 +95,14 @@ def heldout_pool(cfg: TrainConfig) -> list[Task]:
     cells = len(fams) * len(cfg.env.difficulties)
     per_cell = max(1, round(cfg.run.eval_tasks / max(cells, 1)))
     return heldout_tasks(fams, cfg.env.difficulties, per_cell, seed=cfg.run.seed)
+
+
+def probe_pool(cfg: TrainConfig) -> list[Task]:
+    """``run.probe_tasks`` training prompts re-scored at each evaluation: the first ones of the fixed
+    training set, or (fresh pools, ``run.train_prompts: 0``) of iteration 0's candidates, which a
+    run trains on early."""
+    n = cfg.run.probe_tasks
+    if n == 0:
+        return []
+    source = training_set(cfg) if cfg.data.enabled or cfg.run.train_prompts else candidate_pool(cfg, 0)
+    return list(source[:n])

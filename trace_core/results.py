@@ -55,27 +55,24 @@ class Generation(StageResult):
 
 
 class PrefixAllocation(StageResult):
-    """Stage 4: K per open prefix of the raw rollouts."""
+    """Stage 4: the planner's K per open prefix of the raw rollouts and its second root wave."""
 
-    outputs = ("path", "wave_prompts")
+    outputs = ("path", "refill_prompts")
     path: str
     prefixes: int
     ext_budget: int
     ext_used: int
     branched: int
-    wave_prompts: str | None = None  # second root wave (one price): m per candidate, generated in stage 5
-    wave_rollouts: int = 0
+    refill_prompts: str | None = None  # the second root wave: m per candidate, generated in stage 5
+    refill_rollouts: int = 0
 
 
 class Extensions(Generation):
-    """Stage 5: the continuations, and the second root wave stage 4 bought with what they left
-    (``wave_*``; empty unless the strategy spends by one price)."""
+    """Stage 5: every node generated after the raw rollouts — the continuations, then the second
+    root wave the plan bought (``refill_trajectories`` of ``trajectories``; none for most strategies)."""
 
-    outputs = ("path", "wave_path", "wave_prompts")
-    wave_path: str | None = None
-    wave_prompts: str | None = None
-    wave_trajectories: int = 0
-    wave_tokens: int = 0
+    continuations: int = 0
+    refill_trajectories: int = 0
 
 
 class Verified(StageResult):
@@ -115,6 +112,9 @@ class Evaluation(StageResult):
     accuracy: float | None = None
     by_family: dict[str, float] = Field(default_factory=dict)
     cells: list[tuple[str, int, int, int]] = Field(default_factory=list)
+    episodes: int = 0
+    probe_accuracy: float | None = None  # reward on ``run.probe_tasks`` training prompts
+    probe_episodes: int = 0
 
     def columns(self) -> dict[str, float]:
         """``accuracy`` and ``accuracy_<family>`` (the iterations table's columns)."""

@@ -29,8 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy import stats
 
 from trace_core import metrics
-from trace_core.allocation import get_strategy, strategy_names
+from trace_core.allocation import strategy_names
 from trace_core.allocation.config import AllocationConfig
+from trace_core.allocation.planner import plan_prefixes, plan_roots
 
 ALL_STRATEGIES = ["grpo", "dapo", "pcl", "treepo", "trace-root", "trace-prefix", "trace"]
 METRICS = ["effective_ratio", "wasted_share", "eff_per_1k_tokens", "grad_energy"]
@@ -132,9 +133,10 @@ def walk(p: np.ndarray, steps: np.ndarray, step: float, rng: np.random.Generator
 def run_iteration(cfg: SimulateConfig, alloc: AllocationConfig, strategy: str, p0: np.ndarray,
                   v_root: np.ndarray, rng: np.random.Generator) -> dict[str, float]:
     """Spend one iteration's budget with ``strategy`` on the candidate pool; returns metrics."""
-    strat = get_strategy(strategy)
     T, tok = cfg.turns, cfg.tokens_per_turn
-    m = np.asarray(strat.allocate_roots(v_root, alloc, rng), dtype=np.int64)
+    alloc = alloc.model_copy(update={"strategy": strategy})
+    roots = plan_roots(v_root, alloc, rng)  # the training flow's planner, on oracle-noised values
+    m = roots.m
     prompt = np.repeat(np.arange(p0.shape[0]), m)
     R = prompt.shape[0]
     paths = walk(p0[prompt], np.full(R, T), cfg.step, rng)
@@ -144,14 +146,11 @@ def run_iteration(cfg: SimulateConfig, alloc: AllocationConfig, strategy: str, p
     depth = np.tile(np.arange(1, T), R)
     v_true = paths[traj, depth]
     v_pred = _noisy(v_true, cfg.prefix_noise, rng)
-    budget_ext = max(alloc.budget_total - R, 0)
-    price = strat.root_threshold(v_root, m, alloc)  # trace (one price): continuations must beat the roots
-    k = np.asarray(strat.allocate_prefixes(v_pred, reward[traj], depth, T - depth, budget_ext, alloc, rng,
-                                           min_gain=price), dtype=np.int64)
-    # what the priced prefix stage left: more continuations or a second root wave, by value
-    m2, extra = strat.spend_leftover(v_root, m > 0, v_pred, reward[traj], k, budget_ext - int(k.sum()), alloc)
-    k = k + np.asarray(extra, dtype=np.int64)
-    m2 = np.asarray(m2, dtype=np.int64)
+    wins = np.bincount(prompt, weights=reward, minlength=p0.shape[0])
+    zero_var = int(((m > 0) & ((wins == 0) | (wins == m))).sum())  # all-fail / all-success root groups
+    plan = plan_prefixes(roots, v_root, v_pred, reward[traj], depth, T - depth, R, alloc, rng,
+                         zero_variance_groups=zero_var)
+    k, m2 = plan.k, plan.second_wave
     node = np.repeat(np.arange(traj.shape[0]), k)
     n_ext = node.shape[0]
     cont = walk(v_true[node], T - depth[node], cfg.step, rng)

@@ -25,7 +25,8 @@ def accuracy_metrics(columns: dict) -> dict[str, float]:
 
 def evaluation_metrics(accuracy: Evaluation) -> dict[str, float]:
     """A held-out evaluation: accuracy overall and per family, and its wall seconds."""
-    return accuracy_metrics(accuracy.columns()) | {"time/evaluate_s": accuracy.seconds}
+    probe = {} if accuracy.probe_accuracy is None else {"accuracy/probe": accuracy.probe_accuracy}
+    return accuracy_metrics(accuracy.columns()) | probe | {"time/evaluate_s": accuracy.seconds}
 
 
 def wall_metrics(row: dict) -> dict[str, float]:

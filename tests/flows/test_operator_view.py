@@ -15,7 +15,7 @@ from trace_core.config import load_train_config
 from trace_core.policy.model import TINY_WARM_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = ("refresh-predictor", "allocate-roots", "generate-raw-rollouts", "score-prefixes", "extend-prefixes",
+STAGES = ("refresh-predictor", "allocate-roots", "generate-raw-rollouts", "score-prefixes", "extend-and-refill",
           "verify-rewards", "update-policy", "record-iteration")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
                                                    reason="shipped tiny checkpoint missing: run `trace-rl warmup`")]

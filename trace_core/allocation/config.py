@@ -48,6 +48,9 @@ class AllocationConfig(BaseModel):
         description="trace with root_share None: the smallest reserve share, so that the prefix stage "
         "keeps being offered continuations to price.",
     )
+    dapo_refill: bool = Field(
+        True, description="dapo: refill each zero-variance raw group with a fresh prompt's group in a second "
+        "wave (dynamic sampling, one round; the extra trajectories and tokens are counted against it).")
     group_size: int = Field(8, ge=1, le=4096, description="Rollouts per prompt of the uniform strategies (n).")
     max_per_prompt: int = Field(8, ge=1, le=4096, description="Largest m of TRACE root allocation (M).")
     min_active: int = Field(

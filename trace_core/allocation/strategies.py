@@ -17,8 +17,8 @@ the first ``root_budget // group_size`` candidates, so every strategy sees the s
 name             roots                                  prefix extensions
 ===============  =====================================  =====================================
 grpo             first candidates, ``n`` each           none
-dapo             as grpo; zero-variance groups dropped  none
-                 from the update (still paid for)
+dapo             as grpo; zero-variance groups dropped  none (a second wave refills the
+                 from the update (still paid for)       dropped groups, paid on top)
 pcl              ``n`` each to the candidates with      none
                  predicted v closest to 0.5
 treepo           uniform (as grpo) on the root budget   random prefixes, ``treepo_branch`` each
@@ -41,6 +41,7 @@ Signatures (``Strategy``)::
                       min_gain=0.0) -> (P,) int          # K per open prefix, sum <= budget
     spend_leftover(v_pred (C,), taken (C,) bool, v_prefix, r, k (P,), budget, cfg)
         -> ((C,) int, (P,) int)                          # leftover: second-wave m, extra K
+    refill(C, taken (C,) bool, zero_variance_groups, cfg) -> (C,) int   # dynamic sampling's second wave
 """
 
 from __future__ import annotations
@@ -179,6 +180,10 @@ class Strategy:
         """What the prefix stage left (one price only): (second-wave m per candidate, extra K per prefix)."""
         return np.zeros(len(v_root), dtype=np.int64), np.zeros(len(v_prefix), dtype=np.int64)
 
+    def refill(self, n_candidates: int, taken, zero_variance_groups: int, cfg: AllocationConfig) -> np.ndarray:
+        """Second-wave m per candidate that replaces zero-variance raw groups (dynamic sampling only)."""
+        return np.zeros(n_candidates, dtype=np.int64)
+
 
 class _RandomBranching(Strategy):
     has_extensions = True
@@ -206,9 +211,19 @@ class Grpo(Strategy):
 
 @register_strategy("dapo")
 class Dapo(Strategy):
-    """Uniform generation; zero-variance groups are dropped from the update but still paid for."""
+    """DAPO's dynamic sampling: uniform generation; each zero-variance group is dropped from the
+    update (still paid for) and refilled by a group of the next unsampled candidate in the second
+    wave (one refill round, ``dapo_refill``), whose trajectories and tokens count against it too."""
 
     drop_zero_variance = True
+
+    def refill(self, n_candidates, taken, zero_variance_groups, cfg):
+        m = np.zeros(n_candidates, dtype=np.int64)
+        if not cfg.dapo_refill or zero_variance_groups <= 0:
+            return m
+        free = np.flatnonzero(~np.asarray(taken, dtype=bool))[:zero_variance_groups]  # the stream order
+        m[free] = cfg.group_size
+        return m
 
 
 @register_strategy("pcl")

@@ -85,6 +85,18 @@ RUN_SCHEMA: dict[str, pl.DataType] = {
     "git_commit": pl.Utf8,  # HEAD of the checkout the run's code came from; null outside a git checkout
 }
 
+EVALUATION_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.Utf8,
+    "strategy": pl.Utf8,
+    "iteration": pl.Int32,  # iterations trained before this evaluation (0 = the warm start)
+    "split": pl.Utf8,  # 'heldout' | 'probe' (a fixed sample of training prompts)
+    "family": pl.Utf8,  # 'all' or a task family
+    "accuracy": pl.Float64,  # mean sampled reward
+    "episodes": pl.Int64,
+    "seconds": pl.Float64,
+    "created_at": pl.Datetime("us"),
+}
+
 #: tables written once per run, not per iteration (their shards sit directly under ``run_id=R/``)
 RUN_TABLES = frozenset({"runs"})
 
@@ -92,6 +104,7 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
     "nodes": NODE_SCHEMA,
     "prompts": PROMPT_SCHEMA,
     "iterations": ITERATION_SCHEMA,
+    "evaluations": EVALUATION_SCHEMA,
     "predictions": PREDICTION_SCHEMA,
     "runs": RUN_SCHEMA,
 }
