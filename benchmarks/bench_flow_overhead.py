@@ -33,14 +33,16 @@ def main() -> None:
     t0 = time.perf_counter()
     out = train_flow(cfg.model_dump(mode="json"), run_id="bench", home=str(home))
     total = time.perf_counter() - t0
-    rows = out["iterations"]
-    keys = sorted({k for r in rows for k in r if k.startswith("wall_") and k.endswith("_s")})
-    print(f"{'iteration':>9} " + " ".join(f"{k[5:-2]:>10}" for k in keys) + "  overhead")
-    for r in rows:
-        print(f"{r['iteration']:>9} " + " ".join(f"{r.get(k, 0.0):>10.2f}" for k in keys)
-              + f"  {r['wall_overhead_share']:>7.1%}")
-    wall = sum(r["wall_iteration_s"] for r in rows)
-    over = sum(r["wall_overhead_s"] for r in rows)
+    rows, timings = out["iterations"], out["timings"]  # IterationTiming per iteration
+    table = [{**t.stages, "evaluate": t.evaluate_s, "iteration": t.iteration_s, "overhead": t.overhead_s}
+             for t in timings]
+    names = sorted({k for c in table for k in c})
+    print(f"{'iteration':>9} " + " ".join(f"{k:>10}" for k in names) + "  overhead")
+    for r, c, t in zip(rows, table, timings, strict=True):
+        print(f"{r['iteration']:>9} " + " ".join(f"{c.get(k, 0.0):>10.2f}" for k in names)
+              + f"  {t.overhead_share:>7.1%}")
+    wall = sum(t.iteration_s for t in timings)
+    over = sum(t.overhead_s for t in timings)
     print(f"iterations: {wall:.1f}s wall, overhead {over:.1f}s = {over / wall:.1%} (goal <= 5%); "
           f"whole flow incl. server start and evaluation: {total:.1f}s")
 

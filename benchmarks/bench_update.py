@@ -121,7 +121,7 @@ def distributed_steps(model, chat, seqs, cfg: UpdateConfig, args) -> tuple[float
             t = time.perf_counter()
             stats = launch_update(job, seqs, Path(tmp) / "job")
             walls.append(time.perf_counter() - t)
-            secs.append(stats["seconds"])
+            secs.append(stats.seconds)
             ckpt = out
     return sum(secs) / len(secs), sum(walls) / len(walls)
 

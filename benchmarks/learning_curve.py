@@ -81,8 +81,8 @@ def main() -> None:
         leaves = nodes.filter(pl.col("is_leaf"))
         eff = len(seqs) / max(len(leaves), 1)  # share of trajectories with non-zero advantage
         print(f"iter {it:2d}: train reward {float(leaves['reward'].mean()):.3f}  effective {eff:.2f}  "
-              f"loss {m.get('loss', 0.0):+.4f}  clip {m.get('clip_frac', 0.0):.3f}  "
-              f"gen {t_gen:.1f} s  update {m.get('seconds', 0.0):.1f} s")
+              f"loss {m.loss or 0.0:+.4f}  clip {m.clip_frac or 0.0:.3f}  "
+              f"gen {t_gen:.1f} s  update {m.seconds or 0.0:.1f} s")
     after, after_d = accuracy(engine, chat, env, heldout, args.eval_n, sampling, rcfg)
     print(f"held-out accuracy after {args.iterations} iterations: {after:.3f}  by difficulty {_fmt(after_d)}")
     print(f"change: {after - before:+.3f}  (held-out {len(heldout)} prompts x {args.eval_n}; "

@@ -155,7 +155,7 @@ def run(args) -> dict:
         for name, s in (("root", kind), ("prefix", ~kind)):
             POOLED.setdefault(name, []).append((t, p[m][s], y[s], w[s]))
         res["flip"] = flip_table(pred, frame, p)
-        res["fit"] = report.as_dict()
+        res["fit"] = report.model_dump()
         res["seconds"] = time.perf_counter() - t0
         results[t] = res
         print_iteration(t, res)

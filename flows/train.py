@@ -23,7 +23,7 @@ from trace_core.config import TrainConfig
 from trace_core.config_io import config_hash
 from trace_core.iteration import record_evaluation
 from trace_core.policy.checkpoint import retire_checkpoints
-from trace_core.results import Evaluation, IterationResults
+from trace_core.results import Evaluation, IterationResults, IterationTiming
 from trace_core.run import RunRef, initial_checkpoint, new_run_id
 from trace_core.store import ensure_catalog
 from trace_core.store.lock import hold_run_lock
@@ -31,14 +31,10 @@ from trace_core.store.run_row import recording_run
 from tracking.run_tracker import RunTracker, evaluation_metrics, wall_metrics
 
 
-def overhead_split(results: IterationResults, accuracy: Evaluation, wall: float) -> dict:
+def overhead_split(results: IterationResults, accuracy: Evaluation, wall: float) -> IterationTiming:
     """Seconds per stage (work inside the tasks, shard writes included) and what is left of the
     iteration's wall time: orchestration (Prefect), tracking and artifacts."""
-    stages = {f"wall_{k}_s": v for k, v in results.stage_seconds().items()}
-    stages["wall_evaluate_s"] = accuracy.seconds
-    work = sum(stages.values())
-    return {**stages, "wall_iteration_s": wall, "wall_overhead_s": max(wall - work, 0.0),
-            "wall_overhead_share": max(wall - work, 0.0) / wall if wall > 0 else 0.0}
+    return IterationTiming(stages=results.stage_seconds(), evaluate_s=accuracy.seconds, iteration_s=wall)
 
 
 def run_name() -> str:
@@ -71,7 +67,7 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
         record_evaluation(ref, cfg, 0, before)  # the learning curve's first point (`evaluations` view)
         tracker.log(evaluation_metrics(accuracy), step=0)
         publish_mlflow_link(ref.run_id, tracker.mlflow_link())  # the MLflow run, from the Prefect UI
-        history = []
+        history, timings = [], []  # the `iterations` table rows; this process's wall-time splits
         run = StageRunner(log, ref.home)  # a cached stage whose shard or checkpoint is gone is recomputed
         for i in range(cfg.run.iterations):
             t_iter = time.perf_counter()
@@ -94,14 +90,15 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
             row = run(t.record_iteration, ref, cfg, i, results, accuracy)
             publish_iteration(ref, cfg, i, results, row)
             tracker.log_iteration(i, results, row)
-            row = {**row, **overhead_split(results, accuracy, time.perf_counter() - t_iter)}
-            tracker.log(wall_metrics(row), step=i + 1, group="wall")
+            timing = overhead_split(results, accuracy, time.perf_counter() - t_iter)
+            tracker.log(wall_metrics(timing), step=i + 1, group="wall")
             history.append(row)
+            timings.append(timing)
             scored = {r["iteration"]: r.get("accuracy") for r in history}  # retention: newest N + best
             retire_checkpoints(ref.run_dir / "checkpoints", scored, cfg.run.keep_checkpoints, cfg.run.keep_best_checkpoint)
         report = tracker.finish(history, checkpoint=checkpoint)
         return {"run_id": ref.run_id, "home": ref.home, "checkpoint": checkpoint, "iterations": history,
-                "report": report, "recomputed": run.recomputed}
+                "timings": timings, "report": report, "recomputed": run.recomputed}
 
 
 @flow(name="trace-train-scheduled", log_prints=True, flow_run_name=run_name)

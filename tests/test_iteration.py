@@ -85,8 +85,8 @@ def test_update_writes_the_next_checkpoint(one_iteration):
     assert Path(res.update.checkpoint) == ref.checkpoint(0)
     assert (Path(res.update.checkpoint) / "model.safetensors").is_file()
     # sequences with a non-zero advantage are trained on; with none, the step is skipped
-    assert (res.update.loss is not None) == (res.update.stats["sequences"] > 0)
-    assert (res.update.stats["sequences"] > 0) == (res.verified.effective > 0)
+    assert (res.update.loss is not None) == (res.update.stats.sequences > 0)
+    assert (res.update.stats.sequences > 0) == (res.verified.effective > 0)
 
 
 def test_records_round_trip_as_json(one_iteration):

@@ -137,7 +137,7 @@ def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int, prior: Eval
     predictor = _load_predictor(str(prev)) if prev is not None and prev.is_file() else make_predictor(cfg.predictor)
     report = predictor.fit(history_nodes(ref, iteration), cell_prior=_cell_prior(prior))
     path = predictor.save(ref.predictor(iteration))
-    return PredictorFit(path=str(path), fit=report.as_dict(), seconds=time.perf_counter() - t0)
+    return PredictorFit(path=str(path), fit=report, seconds=time.perf_counter() - t0)
 
 
 def previous_continuations(ref: RunRef, iteration: int) -> int | None:
@@ -339,8 +339,7 @@ def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str
         save_checkpoint(out, pol.model, optimizer=optimizer, scheduler=scheduler, tokenizer=pol.tokenizer,
                         cursor={"iteration": iteration + 1})
     pol.engine.wake()  # the next stage loads the new weights into it (policy.live.load_policy_for)
-    return PolicyUpdate(checkpoint=str(out), stats={k: float(v) for k, v in stats.items()},
-                        seconds=time.perf_counter() - t0)
+    return PolicyUpdate(checkpoint=str(out), stats=stats, seconds=time.perf_counter() - t0)
 
 
 # ----------------------------------------------------------------------------- evaluate, record

@@ -22,12 +22,36 @@ class StageResult(BaseModel):
     seconds: float = Field(0.0, description="Wall seconds of the stage's work (shard writes included).")
 
 
+class FitReport(BaseModel):
+    """What one predictor refresh did (``Predictor.fit`` returns it; ``trace_core.predictor``
+    re-exports it). The sub-reports are the fitted parts' own plain-data summaries."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n_labelled: int  # labelled nodes offered
+    n_roots: int
+    n_prefixes: int
+    n_train: int  # nodes the head was trained on (roots and raw prefixes, after the cap)
+    n_calib: int  # held-out nodes used for calibration
+    iterations: list[int]  # distinct iterations among the labelled nodes
+    seconds: float
+    fallback: bool  # True when too little data for the head: predictions are the prior
+    warm_start: bool
+    train_loss: float | None = None
+    calib: dict[str, dict[str, float | str]] = Field(default_factory=dict)  # kind -> {n, method, brier_before/after}
+    history_prompts: int = 0  # prompts with a record in the prior
+    steps: int = 0  # optimiser steps of the head
+    batch_size: int = 0
+    prior: dict[str, int | float] = Field(default_factory=dict)  # kappa_cell, kappa_prompt, prior_units, cell_prior_cells
+    flip: dict[str, bool | int | float] = Field(default_factory=dict)  # continuations, logistic
+
+
 class PredictorFit(StageResult):
     """Stage 1: the refreshed predictor's state file and its fit report."""
 
     outputs = ("path",)
     path: str
-    fit: dict = Field(default_factory=dict)
+    fit: FitReport
 
 
 class RootAllocation(StageResult):
@@ -93,16 +117,42 @@ class Verified(StageResult):
     predictor_metrics: dict[str, float] = Field(default_factory=dict)
 
 
+class UpdateStats(BaseModel):
+    """What one policy update measured (``policy.update.update_policy``; the distributed update
+    sums over ranks). Per-token means are over loss tokens; None: not measured (no sequence or
+    no loss token; ``kl`` only with a reference, ``world_size`` / ``total_seconds`` only on torchrun)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: float = 0.0  # optimiser steps
+    sequences: float = 0.0  # training sequences (trajectories)
+    loss: float | None = None  # clipped surrogate (+ β·KL) per loss token
+    clip_frac: float | None = None  # share of loss tokens whose ratio was clipped
+    approx_kl_old: float | None = None  # k3 KL(old ‖ new) per loss token
+    kl: float | None = None  # k3 KL(π ‖ π_ref) per loss token
+    grad_norm: float | None = None  # mean pre-clip gradient norm per step
+    loss_tokens: float | None = None  # loss tokens per epoch
+    seconds: float | None = None  # the update's own wall seconds
+    samples_per_s: float | None = None
+    lr: float | None = None  # learning rate after the last step
+    world_size: float | None = None  # torchrun ranks
+    total_seconds: float | None = None  # torchrun: loading + update + checkpoint, rank 0
+
+    def metrics(self) -> dict[str, float]:
+        """The measured statistics by field name (None left out)."""
+        return self.model_dump(exclude_none=True)
+
+
 class PolicyUpdate(StageResult):
     """Stage 7: the new checkpoint and the update's statistics (loss, KL, clip fraction, ...)."""
 
     outputs = ("checkpoint",)
     checkpoint: str
-    stats: dict[str, float] = Field(default_factory=dict)
+    stats: UpdateStats = Field(default_factory=UpdateStats)
 
     @property
     def loss(self) -> float | None:
-        return self.stats.get("loss")
+        return self.stats.loss
 
 
 class Evaluation(StageResult):
@@ -121,6 +171,30 @@ class Evaluation(StageResult):
         if self.accuracy is None:
             return {}
         return {"accuracy": self.accuracy, **{f"accuracy_{f}": v for f, v in self.by_family.items()}}
+
+
+class IterationTiming(BaseModel):
+    """Where one iteration's wall time went in the flow's process (``flows.train.overhead_split``):
+    each stage's own work (shard writes included), the evaluation, and the rest (orchestration,
+    tracking, artifacts)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stages: dict[str, float]  # stage name (``IterationResults`` field) -> its ``seconds``
+    evaluate_s: float
+    iteration_s: float  # the whole iteration, wall
+
+    @property
+    def work_s(self) -> float:
+        return sum(self.stages.values()) + self.evaluate_s
+
+    @property
+    def overhead_s(self) -> float:
+        return max(self.iteration_s - self.work_s, 0.0)
+
+    @property
+    def overhead_share(self) -> float:
+        return self.overhead_s / self.iteration_s if self.iteration_s > 0 else 0.0
 
 
 def record_outputs(record: object) -> list[str]:

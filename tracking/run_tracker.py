@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trace_core.config import TrainConfig
-from trace_core.results import Evaluation, IterationResults
+from trace_core.results import Evaluation, IterationResults, IterationTiming
 from trace_core.run import RunRef
 from tracking.links import git_state, mlflow_run_url
 from tracking.mlflow_tracker import Tracker
@@ -29,13 +29,12 @@ def evaluation_metrics(accuracy: Evaluation) -> dict[str, float]:
     return accuracy_metrics(accuracy.columns()) | probe | {"time/evaluate_s": accuracy.seconds}
 
 
-def wall_metrics(row: dict) -> dict[str, float]:
+def wall_metrics(timing: IterationTiming) -> dict[str, float]:
     """This process's wall times of an iteration (``flows.train.overhead_split``): the whole
     iteration, orchestration + tracking overhead, evaluation. The per-stage wall times equal the
     stages' own ``time/<stage>_s`` and are not logged twice."""
-    names = {"wall_iteration_s": "time/iteration_s", "wall_overhead_s": "time/overhead_s",
-             "wall_overhead_share": "time/overhead_share", "wall_evaluate_s": "time/evaluate_s"}
-    return {new: row[old] for old, new in names.items() if row.get(old) is not None}
+    return {"time/iteration_s": timing.iteration_s, "time/overhead_s": timing.overhead_s,
+            "time/overhead_share": timing.overhead_share, "time/evaluate_s": timing.evaluate_s}
 
 
 def iteration_metrics(results: IterationResults, row: dict) -> dict[str, float]:
@@ -51,8 +50,8 @@ def iteration_metrics(results: IterationResults, row: dict) -> dict[str, float]:
            "budget/prefixes_branched": results.prefixes.branched,
            "budget/expected_contrastive": results.roots.expected_contrastive,
            "time/raw_tokens_per_s": results.raw.tokens_per_s,
-           "predictor/train_loss": fit.get("train_loss"), "predictor/labelled": fit.get("n_labelled")}
-    out.update({f"update/{k}": v for k, v in results.update.stats.items()})
+           "predictor/train_loss": fit.train_loss, "predictor/labelled": fit.n_labelled}
+    out.update({f"update/{k}": v for k, v in results.update.stats.metrics().items()})
     out.update(accuracy_metrics(row))
     out.update({f"time/{k}_s": v for k, v in results.stage_seconds().items()})
     out.update({_predictor_key(k): v for k, v in ver.predictor_metrics.items()})

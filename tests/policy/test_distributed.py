@@ -21,6 +21,7 @@ from trace_core.policy.config import UpdateConfig
 from trace_core.policy.distributed import UpdateJob, launch_update, read_batch, write_batch
 from trace_core.policy.model import TINY_WARM_DIR, load_policy
 from trace_core.policy.update import TrainSequence, collate, make_optimizer, token_logprobs, update_policy
+from trace_core.results import UpdateStats
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(), reason="shipped tiny checkpoint missing"),
@@ -76,11 +77,12 @@ def torchrun(checkpoint, seqs, cfg: UpdateConfig, out, job_dir, *, reference=Non
     return launch_update(job, seqs, job_dir)
 
 
-def assert_same_update(a_stats, b_stats, a_dir, b_dir, start_dir):
+def assert_same_update(a: UpdateStats, b: UpdateStats, a_dir, b_dir, start_dir):
+    a_stats, b_stats = a.metrics(), b.metrics()
     for key in ("loss", "grad_norm", "clip_frac", "approx_kl_old", "kl"):
         if key in a_stats:
             assert b_stats[key] == pytest.approx(a_stats[key], rel=LOSS_RTOL, abs=1e-7), key
-    assert b_stats["steps"] == a_stats["steps"] and b_stats["loss_tokens"] == a_stats["loss_tokens"]
+    assert b.steps == a.steps and b.loss_tokens == a.loss_tokens
     wa, wb, w0 = load_model_state(a_dir), load_model_state(b_dir), load_model_state(start_dir)
     assert wa.keys() == wb.keys()
     gap = torch.cat([(wb[k] - wa[k]).flatten() for k in wa]).norm()
@@ -118,7 +120,7 @@ def test_ddp_two_processes_match_one_process(tmp_path, batch):
     single = one_process(TINY_WARM_DIR, batch, cfg, tmp_path / "single")
     multi = torchrun(TINY_WARM_DIR, batch, cfg.model_copy(update={"strategy": "ddp", "world_size": 2}),
                      tmp_path / "ddp", tmp_path / "job")
-    assert multi["world_size"] == 2 and single["steps"] == 2
+    assert multi.world_size == 2 and single.steps == 2
     assert_same_update(single, multi, tmp_path / "single", tmp_path / "ddp", TINY_WARM_DIR)
 
 
@@ -134,7 +136,7 @@ def test_fsdp_two_processes_continue_the_optimizer_with_kl(tmp_path, batch):
     single = one_process(start, batch, cfg, tmp_path / "single", reference=TINY_WARM_DIR, seed=1)
     multi = torchrun(start, batch, cfg.model_copy(update={"strategy": "fsdp", "world_size": 2}),
                      tmp_path / "fsdp", tmp_path / "job", reference=TINY_WARM_DIR, seed=1)
-    assert single["kl"] > 0
+    assert single.kl > 0
     assert_same_update(single, multi, tmp_path / "single", tmp_path / "fsdp", start)
     model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "fsdp"), local_files_only=True)
     state = load_model_state(tmp_path / "fsdp")
@@ -168,7 +170,7 @@ def test_update_stage_launches_fsdp_with_kl(tmp_path):
     ver = run_until_verified(ref, cfg, ckpt, it.evaluate(cfg, ckpt))["verified"]
     fsdp_cfg = load_train_config(configs / "small-ci.yaml", [*sets, "update.strategy=fsdp", "update.world_size=2"])
     multi = it.update_policy(ref, fsdp_cfg, 0, ckpt, ver)
-    assert multi.stats["world_size"] == 2 and multi.stats["sequences"] > 0 and multi.stats["kl"] >= 0
+    assert multi.stats.world_size == 2 and multi.stats.sequences > 0 and multi.stats.kl >= 0
     multi_dir = tmp_path / "fsdp"
     Path(multi.checkpoint).rename(multi_dir)
     single = it.update_policy(ref, cfg, 0, ckpt, ver)

@@ -53,8 +53,8 @@ def test_update_raises_positive_and_lowers_negative_actions(chat):
     cfg = UpdateConfig(lr=3e-3, minibatch_size=64, micro_batch_size=4)
     opt, sched = make_optimizer(model, cfg)
     m = update_policy(model, opt, sched, seqs, cfg, pad_id=chat.pad_token_id, seed=0)
-    assert m["steps"] == 1 and m["sequences"] == len(seqs)
-    assert abs(m["approx_kl_old"]) < 1e-4  # on-policy: the engine's log-probs are the model's
+    assert m.steps == 1 and m.sequences == len(seqs)
+    assert abs(m.approx_kl_old) < 1e-4  # on-policy: the engine's log-probs are the model's
     assert mean_lp(model, seqs, chat, +1) > pos0 + 1e-3
     assert mean_lp(model, seqs, chat, -1) < neg0 - 1e-3
 
@@ -113,9 +113,9 @@ def test_kl_pulls_the_policy_toward_the_reference(chat):
             d = (ref_lp - token_logprobs(model, probe)) * probe["loss_mask"]
         kl[beta] = float(((torch.exp(d) - d - 1) * probe["loss_mask"]).sum() / probe["loss_mask"].sum())
         gap[beta] = float((_weights(model) - _weights(ref)).norm())
-        assert ("kl" in m) == (beta > 0)
+        assert (m.kl is not None) == (beta > 0)
         if beta:
-            assert m["kl"] >= 0.0
+            assert m.kl >= 0.0
     assert kl[1.0] < 0.8 * kl[0.0] and gap[1.0] < gap[0.0]
     # first step: policy == reference, so the k3 term and its gradient are exactly 0
     model = spread_model(seed=3)
@@ -143,8 +143,8 @@ def test_kl_coef_zero_ignores_the_reference(chat):
         cfg = UpdateConfig(minibatch_size=6, micro_batch_size=3)
         opt, sched = make_optimizer(model, cfg)
         m = update_policy(model, opt, sched, seqs, cfg, pad_id=chat.pad_token_id, seed=0, ref_model=ref)
-        out.append((_weights(model), {k: v for k, v in m.items() if k not in ("seconds", "samples_per_s")}))
-    assert torch.equal(out[0][0], out[1][0]) and out[0][1] == out[1][1] and "kl" not in out[0][1]
+        out.append((_weights(model), m.model_dump(exclude={"seconds", "samples_per_s"})))
+    assert torch.equal(out[0][0], out[1][0]) and out[0][1] == out[1][1] and out[0][1]["kl"] is None
 
 
 def _grads_after(seqs, chat, cfg):
@@ -167,7 +167,7 @@ def test_chunked_logprobs_match_the_full_softmax(chat):
     g0, m0, _ = _grads_after(seqs, chat, cfg)
     g1, m1, _ = _grads_after(seqs, chat, cfg.model_copy(update={"logprob_chunk": 5}))
     assert (g1 - g0).abs().max() <= 1e-6 * max(1.0, float(g0.abs().max()))
-    assert m1["loss"] == pytest.approx(m0["loss"], rel=1e-6, abs=1e-7)
+    assert m1.loss == pytest.approx(m0.loss, rel=1e-6, abs=1e-7)
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(chat):
@@ -175,6 +175,6 @@ def test_gradient_checkpointing_gives_the_same_gradients(chat):
     cfg = UpdateConfig(minibatch_size=12, micro_batch_size=4, max_grad_norm=1e6)
     g0, m0, _ = _grads_after(seqs, chat, cfg)
     g1, m1, model = _grads_after(seqs, chat, cfg.model_copy(update={"gradient_checkpointing": True}))
-    assert torch.equal(g0, g1) and m0["loss"] == m1["loss"]
+    assert torch.equal(g0, g1) and m0.loss == m1.loss
     # on for the update only (the live model also samples)
     assert not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())

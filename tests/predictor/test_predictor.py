@@ -21,7 +21,7 @@ def test_fit_predict_shapes_and_range(small_run, fast_config):
     report = pred.fit(train)
     assert not report.fallback and report.n_train > 0 and report.iterations == [0, 1]
     assert report.steps >= fast_config.model.min_steps and 0 < report.batch_size <= fast_config.model.batch_size
-    assert set(report.as_dict()) >= {"n_labelled", "seconds", "calib", "prior", "flip"}
+    assert set(report.model_dump()) >= {"n_labelled", "seconds", "calib", "prior", "flip"}
     test = small_run.filter(pl.col("iteration") == 2)
     p = pred.predict(test)
     assert p.shape == (test.height,) and p.dtype == np.float64

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from trace_core.results import IterationTiming
 from tracking.links import git_state, mlflow_link_markdown, mlflow_run_url
 from tracking.run_tracker import accuracy_metrics, wall_metrics
 
@@ -38,7 +39,6 @@ def test_mlflow_run_url_only_for_a_server():
 def test_grouped_metric_names():
     assert accuracy_metrics({"accuracy": 0.5, "accuracy_math": 0.7, "accuracy_qa": None, "tokens": 3}) == {
         "accuracy/all": 0.5, "accuracy/math": 0.7}
-    row = {"wall_iteration_s": 4.0, "wall_overhead_s": 0.3, "wall_overhead_share": 0.075, "wall_evaluate_s": 1.0,
-           "wall_verify_rewards_s": 0.2}
-    assert wall_metrics(row) == {"time/iteration_s": 4.0, "time/overhead_s": 0.3, "time/overhead_share": 0.075,
-                                 "time/evaluate_s": 1.0}
+    timing = IterationTiming(stages={"verified": 0.25, "update": 2.25}, evaluate_s=1.0, iteration_s=4.0)
+    assert wall_metrics(timing) == {"time/iteration_s": 4.0, "time/overhead_s": 0.5, "time/overhead_share": 0.125,
+                                    "time/evaluate_s": 1.0}  # stage seconds are logged with the stages

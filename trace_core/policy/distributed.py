@@ -6,7 +6,7 @@ The run's process writes the update's inputs to a job directory and launches::
 
     JOB_DIR/job.json            UpdateJob: input checkpoint, output path, reference, UpdateConfig, seeds
     JOB_DIR/batch.safetensors   the training sequences, flattened (never a pickle; removed after success)
-    JOB_DIR/result.json         written by rank 0: the update's metrics (as ``update_policy`` returns)
+    JOB_DIR/result.json         written by rank 0: the update's metrics (``UpdateStats``, as ``update_policy`` returns)
     JOB_DIR/worker.log          the processes' output
 
 Every rank reads the whole batch and draws the same minibatches; rank r trains on its share of
@@ -42,6 +42,7 @@ from safetensors.torch import save_file
 
 from trace_core.policy.config import UpdateConfig
 from trace_core.policy.update import TrainSequence, set_checkpointing, token_logprobs
+from trace_core.results import UpdateStats
 
 JOB, BATCH, RESULT, LOG = "job.json", "batch.safetensors", "result.json", "worker.log"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +103,7 @@ def read_batch(path: str | Path) -> list[TrainSequence]:
 
 
 # ----------------------------------------------------------------------------- launcher (run's process)
-def launch_update(job: UpdateJob, seqs: Sequence[TrainSequence], job_dir: str | Path) -> dict[str, float]:
+def launch_update(job: UpdateJob, seqs: Sequence[TrainSequence], job_dir: str | Path) -> UpdateStats:
     """Run the update on ``job.update.world_size`` torchrun processes; returns rank 0's metrics.
 
     The whole process group is stopped on timeout or interrupt; a failed run raises with the
@@ -130,7 +131,7 @@ def launch_update(job: UpdateJob, seqs: Sequence[TrainSequence], job_dir: str | 
         tail = [ln for ln in (job_dir / LOG).read_text(errors="replace").splitlines() if ln.strip()][-1:]
         raise RuntimeError(f"distributed update failed (exit {rc}, log {job_dir / LOG}): {' '.join(tail)}")
     (job_dir / BATCH).unlink()  # job.json, result.json and the log stay as the update's record
-    return {k: float(v) for k, v in json.loads((job_dir / RESULT).read_text()).items()}
+    return UpdateStats.model_validate_json((job_dir / RESULT).read_text())
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -313,9 +314,9 @@ def run_worker(job_dir: str | Path) -> None:
                               rank=rank, world_size=world)
         _save(job, policy, opt, sched, rank)
         if rank == 0:
-            stats.update(world_size=float(world), total_seconds=time.perf_counter() - t0)
+            stats = stats.model_copy(update={"world_size": float(world), "total_seconds": time.perf_counter() - t0})
             tmp = job_dir / f".{RESULT}.tmp"
-            tmp.write_text(json.dumps(stats))
+            tmp.write_text(stats.model_dump_json(exclude_none=True))
             tmp.rename(job_dir / RESULT)
     finally:
         dist.destroy_process_group()

@@ -34,6 +34,7 @@ import torch.utils.checkpoint
 
 from trace_core.nodes import trajectories
 from trace_core.policy.config import UpdateConfig
+from trace_core.results import UpdateStats
 
 LogProbFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]  # collated batch -> (B, L) token log-probs
 
@@ -165,7 +166,7 @@ def surrogate_loss(logp: torch.Tensor, batch: dict[str, torch.Tensor], cfg: Upda
 def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
                   seqs: Sequence[TrainSequence], cfg: UpdateConfig, *, pad_id: int, seed: int = 0,
                   ref_model: torch.nn.Module | None = None, logprobs: LogProbFn | None = None,
-                  ref_logprobs: LogProbFn | None = None, rank: int = 0, world_size: int = 1) -> dict[str, float]:
+                  ref_logprobs: LogProbFn | None = None, rank: int = 0, world_size: int = 1) -> UpdateStats:
     """Run ``cfg.ppo_epochs`` passes of minibatch steps over ``seqs``; returns mean metrics.
 
     ``ref_model`` (used when ``cfg.uses_reference``): the reference policy of the k3 KL term.
@@ -176,7 +177,7 @@ def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sche
     log-probs through the wrapped modules. The metrics are summed over ranks.
     """
     if not seqs:
-        return {"steps": 0.0, "sequences": 0.0}
+        return UpdateStats()
     device = next(model.parameters()).device
     own_forward = logprobs is None  # else the caller set the wrapped model up (checkpointing included)
     if logprobs is None:
@@ -222,11 +223,11 @@ def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sche
     if world_size > 1:
         sums = _sum_over_ranks(sums, device)
     seconds = time.perf_counter() - t0
-    out = {k: v / max(n_tokens, 1.0) for k, v in sums.items() if k != "grad_norm"}
-    out.update(grad_norm=sums.get("grad_norm", 0.0) / max(n_steps, 1), steps=float(n_steps),
-               sequences=float(len(seqs)), loss_tokens=n_tokens / cfg.ppo_epochs, seconds=seconds,
-               samples_per_s=len(seqs) * cfg.ppo_epochs / max(seconds, 1e-9), lr=float(scheduler.get_last_lr()[0]))
-    return out
+    means = {k: v / max(n_tokens, 1.0) for k, v in sums.items() if k != "grad_norm"}  # loss, clip_frac, approx_kl_old, kl
+    return UpdateStats(**means, grad_norm=sums.get("grad_norm", 0.0) / max(n_steps, 1), steps=float(n_steps),
+                       sequences=float(len(seqs)), loss_tokens=n_tokens / cfg.ppo_epochs, seconds=seconds,
+                       samples_per_s=len(seqs) * cfg.ppo_epochs / max(seconds, 1e-9),
+                       lr=float(scheduler.get_last_lr()[0]))
 
 
 @functools.lru_cache(maxsize=1)

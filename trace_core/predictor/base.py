@@ -34,7 +34,6 @@ known ones. ``hf_encoder`` is registered by import path so transformers loads on
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -43,31 +42,7 @@ import polars as pl
 
 from trace_core.predictor.config import PredictorConfig
 from trace_core.registry import Registry
-
-
-@dataclass(frozen=True)
-class FitReport:
-    """What one refresh did; ``as_dict()`` is plain data for the tracking layer."""
-
-    n_labelled: int  # labelled nodes offered
-    n_roots: int
-    n_prefixes: int
-    n_train: int  # nodes the head was trained on (roots and raw prefixes, after the cap)
-    n_calib: int  # held-out nodes used for calibration
-    iterations: list[int]  # distinct iterations among the labelled nodes
-    seconds: float
-    fallback: bool  # True when too little data for the head: predictions are the prior
-    warm_start: bool
-    train_loss: float | None = None
-    calib: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> {n, method, brier_before/after}
-    history_prompts: int = 0  # prompts with a record in the prior
-    steps: int = 0  # optimiser steps of the head
-    batch_size: int = 0
-    prior: dict[str, float] = field(default_factory=dict)  # kappa_cell, kappa_prompt, prior_units, cell_prior_cells
-    flip: dict[str, float] = field(default_factory=dict)  # continuations, logistic
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+from trace_core.results import FitReport  # the report is a stage record's field (Prefect caches it as JSON)
 
 
 @runtime_checkable
