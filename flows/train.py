@@ -21,7 +21,6 @@ from tasks.artifacts import name_flow_run, prefect_link_tags, publish_iteration,
 from tasks.stages import StageRunner, stage_tasks
 from trace_core.config import TrainConfig
 from trace_core.config_io import config_hash
-from trace_core.iteration import record_evaluation
 from trace_core.policy.checkpoint import retire_checkpoints
 from trace_core.results import Evaluation, IterationResults, IterationTiming
 from trace_core.run import RunRef, initial_checkpoint, new_run_id
@@ -64,7 +63,6 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
 
         checkpoint = initial_checkpoint(cfg)
         accuracy = before = t.evaluate(cfg, checkpoint)  # its per-cell outcomes: the predictor's first prior
-        record_evaluation(ref, cfg, 0, before)  # the learning curve's first point (`evaluations` view)
         tracker.log(evaluation_metrics(accuracy), step=0)
         publish_mlflow_link(ref.run_id, tracker.mlflow_link())  # the MLflow run, from the Prefect UI
         history, timings = [], []  # the `iterations` table rows; this process's wall-time splits
@@ -84,10 +82,9 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
             last = i == cfg.run.iterations - 1
             due = last or (cfg.run.eval_every and (i + 1) % cfg.run.eval_every == 0)
             accuracy = run(t.evaluate, cfg, checkpoint) if due else Evaluation()
-            record_evaluation(ref, cfg, i + 1, accuracy)
             results = IterationResults(predictor=predictor, roots=roots, raw=raw, prefixes=prefixes,
                                        extensions=extensions, verified=verified, update=update)
-            row = run(t.record_iteration, ref, cfg, i, results, accuracy)
+            row = run(t.record_iteration, ref, cfg, i, results, accuracy, before if i == 0 else None)
             publish_iteration(ref, cfg, i, results, row)
             tracker.log_iteration(i, results, row)
             timing = overhead_split(results, accuracy, time.perf_counter() - t_iter)

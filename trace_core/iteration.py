@@ -394,8 +394,12 @@ def record_evaluation(ref: RunRef, cfg: TrainConfig, iteration: int, ev: Evaluat
 
 
 def record_iteration(ref: RunRef, cfg: TrainConfig, iteration: int, results: IterationResults,
-                     accuracy: Evaluation) -> dict:
-    """Write the iteration's summary row (budget, tokens, metrics, accuracy, stage timings)."""
+                     accuracy: Evaluation, start: Evaluation | None = None) -> dict:
+    """Write the iteration's summary row (budget, tokens, metrics, accuracy, stage timings) and
+    the ``evaluations`` rows of the evaluation after it (and, ``start``, of the one before training)."""
     row = iteration_row(ref.run_id, cfg.allocation.strategy, iteration, cfg.allocation.budget_total, results, accuracy)
     ShardWriter(ref.home, ref.run_id).write("iterations", pl.DataFrame([row]), stage="final", iteration=iteration)
+    if start is not None:
+        record_evaluation(ref, cfg, 0, start)
+    record_evaluation(ref, cfg, iteration + 1, accuracy)
     return row

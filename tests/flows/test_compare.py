@@ -53,3 +53,31 @@ def test_compare_fanned_out_on_ray_equals_serial(prefect_server, tmp_path):
         nodes = [pl.read_parquet(tmp_path / mode / "shards" / "nodes" / f"run_id={run}" / "**" / "final.parquet")
                  for mode in ("serial", "fanned")]
         assert node_digest(nodes[0]) == node_digest(nodes[1])
+
+
+def test_learning_benchmark_smoke(prefect_server, tmp_path):
+    """The learning benchmark's command (`compare` with evaluations along the way) on a tiny
+    budget: the evaluations view holds the warm start and every evaluation, and the report leads
+    with learning curves (accuracy at equal tokens, time-to-accuracy) and their plots."""
+    from flows.compare import compare_flow
+    from trace_core.prompts import heldout_pool
+    from trace_core.store import query
+
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=2", "run.eval_every=1",
+                                                         "run.probe_tasks=4", "tracking.log_model=false"])
+    out = compare_flow(cfg, strategies=["grpo", "dapo", "trace"], seeds=1, home=str(tmp_path), run_id="lrn")
+    ev = query(str(tmp_path), "select run_id, iteration, split, family, accuracy, episodes from evaluations")
+    heldout = ev.filter((pl.col("split") == "heldout") & (pl.col("family") == "all"))
+    assert sorted(set(heldout["iteration"].to_list())) == [0, 1, 2] and heldout.height == 9
+    assert set(heldout["episodes"].to_list()) == {len(heldout_pool(cfg)) * cfg.run.eval_samples}
+    assert ev.filter(pl.col("split") == "probe").height == 9
+    md = out["report"]
+    assert md.index("## Learning curves") < md.index("## Budget")
+    assert "tokens to target" in md and "| dapo | 1 |" in md
+    art = tmp_path / "runs" / "lrn" / "artifacts"
+    for name in ("learning_tokens.png", "learning_seconds.png", "learning.csv", "learning_curves.csv"):
+        assert (art / name).is_file(), name
+    iters = query(str(tmp_path), "select strategy, sum(budget_used) as used from iterations group by 1")
+    used = dict(iters.iter_rows())
+    assert used["grpo"] == used["trace"] == 2 * cfg.allocation.budget_total
+    assert used["dapo"] >= used["grpo"]  # dynamic sampling pays for its refills
