@@ -80,3 +80,12 @@ def test_mean_ci_matches_the_t_interval():
     m, h = mean_ci([1.0, 2.0, 3.0])
     assert m == 2.0 and h == pytest.approx(4.303 * 1.0 / math.sqrt(3), rel=1e-3)
     assert math.isnan(mean_ci([1.0])[1])
+
+
+def test_no_time_to_accuracy_when_the_baseline_did_not_improve():
+    its, evs = _frames([("c-grpo-s0", "grpo", [100, 100], [1.0, 1.0], [0.50, 0.48, 0.47]),
+                        ("c-trace-s0", "trace", [100, 100], [1.0, 1.0], [0.50, 0.52, 0.53])])
+    table, ctx = learning_table(curve_frame(its, evs), order=["grpo", "trace"])
+    assert not ctx["target_defined"]
+    assert "tokens_to_target" not in table.columns
+    assert "time-to-accuracy is undefined" in learning_markdown(table, ctx)

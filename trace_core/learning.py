@@ -139,7 +139,10 @@ def learning_table(curves: pl.DataFrame, baseline: str = "grpo", order: list[str
     finals = curves.filter(pl.col("family") == "all").sort("iteration").group_by("run_id", "strategy").last()
     base_final = finals.filter(pl.col("strategy") == baseline)
     target = float(base_final["accuracy"].mean()) if base_final.height else float("nan")
-    tta = time_to_accuracy(curves, target) if np.isfinite(target) else None
+    start_mean = float(np.mean(list(start_by_run.values()))) if start_by_run else float("nan")
+    degenerate = np.isfinite(target) and np.isfinite(start_mean) and target <= start_mean
+    # a baseline that ended at or below the warm start sets no target to reach
+    tta = time_to_accuracy(curves, target) if np.isfinite(target) and not degenerate else None
     last = max(fractions)
     base_last = {_seed_of(r["run_id"]): r["accuracy"] for r in
                  pts.filter((pl.col("strategy") == baseline) & (pl.col("checkpoint") == last)).iter_rows(named=True)}
@@ -175,7 +178,8 @@ def learning_table(curves: pl.DataFrame, baseline: str = "grpo", order: list[str
     total = float(curves.filter(pl.col("family") == "all").group_by("run_id").agg(pl.col("tokens").max())["tokens"].min()
                   ) if curves.height else float("nan")
     episodes = curves.filter(pl.col("family") == "all")["episodes"]
-    context = {"baseline": baseline, "target": target, "checkpoint_tokens": [f * total for f in fractions],
+    context = {"baseline": baseline, "target": target, "start": start_mean, "target_defined": tta is not None,
+               "checkpoint_tokens": [f * total for f in fractions],
                "episodes": int(episodes.max()) if episodes.len() else 0}
     return pl.DataFrame(rows), context
 
@@ -197,14 +201,17 @@ def learning_markdown(table: pl.DataFrame, context: dict, fractions: tuple[float
     heads = [f"acc @ {t / 1000:.3g}k tok" for t in toks]
     lines = [f"Held-out accuracy (%, {context['episodes']} episodes per evaluation) at equal generated tokens; "
              f"± = 95% CI over seeds. Target for time-to-accuracy: {context['baseline']}'s final accuracy "
-             f"{_pct(context['target'])}%.", "",
+             f"{_pct(context['target'])}%"
+             + ("." if context.get("target_defined", True) else
+                f", not above the warm start's {_pct(context['start'])}%: time-to-accuracy is undefined."), "",
              "| strategy | seeds | " + " | ".join(heads) + " | gain vs start | vs " + context["baseline"]
              + " (paired) | tokens to target | × | seconds to target | × |",
              "|" + "---|" * (len(heads) + 8)]
+    miss = "not reached" if context.get("target_defined", True) else "–"
     for r in table.iter_rows(named=True):
         cells = [_pct(r[f"acc@{f:g}"], r[f"acc@{f:g}_ci"]) for f in fractions]
         lines.append(f"| {r['strategy']} | {r['seeds']} | " + " | ".join(cells)
                      + f" | {_pct(r['gain'], r['gain_ci'])} | {_pct(r['vs_baseline'], r['vs_baseline_ci'])}"
-                     + f" | {_num(r.get('tokens_to_target'))} | {_num(r.get('tokens_ratio'), '{:.2f}', '–')}"
-                     + f" | {_num(r.get('seconds_to_target'))} | {_num(r.get('seconds_ratio'), '{:.2f}', '–')} |")
+                     + f" | {_num(r.get('tokens_to_target'), missing=miss)} | {_num(r.get('tokens_ratio'), '{:.2f}', '–')}"
+                     + f" | {_num(r.get('seconds_to_target'), missing=miss)} | {_num(r.get('seconds_ratio'), '{:.2f}', '–')} |")
     return "\n".join(lines)
