@@ -1,0 +1,69 @@
+"""The learning table and plots of every run in a home (or the runs whose id starts with a prefix),
+pairing runs across comparisons by their run seed (the `runs` table), e.g. a 3-seed benchmark run as
+two `compare` calls:
+
+    PYTHONPATH=. python benchmarks/learning_report.py --home H --prefix learn --out docs/results/learning-tiny
+
+Prints the markdown table (accuracy at equal tokens with 95% CIs over seeds, paired difference to
+GRPO, time-to-accuracy) and the per-family accuracy at the last checkpoint; writes the plots and
+CSVs to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import polars as pl
+
+from trace_core.learning import at_budget, curve_frame, learning_markdown, learning_table, mean_ci
+from trace_core.store.layout import table_dir
+from tracking.plots_compare import plot_learning_curves
+
+
+def _read(home: Path, table: str, prefix: str) -> pl.DataFrame:
+    files = [f for f in sorted(table_dir(home, table).glob("run_id=*/**/*.parquet"))
+             if f.name != "_schema.parquet" and f.parts[-3 if table != "runs" else -2].startswith(f"run_id={prefix}")]
+    return pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed") if files else pl.DataFrame()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--home", type=Path, required=True)
+    ap.add_argument("--prefix", default="", help="only runs whose id starts with this")
+    ap.add_argument("--out", type=Path, default=None, help="directory for plots and CSVs")
+    ap.add_argument("--baseline", default="grpo")
+    args = ap.parse_args()
+    evals, iters = _read(args.home, "evaluations", args.prefix), _read(args.home, "iterations", args.prefix)
+    runs = _read(args.home, "runs", args.prefix)
+    if evals.height == 0:
+        raise SystemExit(f"no evaluations under {args.home} for prefix {args.prefix!r}")
+    # pair by run seed: a run's id becomes <strategy>-s<seed>
+    rename = {r["run_id"]: f"{r['strategy']}-s{r['seed']}" for r in runs.iter_rows(named=True)}
+    evals = evals.with_columns(pl.col("run_id").replace_strict(rename, default=pl.col("run_id")))
+    iters = iters.with_columns(pl.col("run_id").replace_strict(rename, default=pl.col("run_id")))
+    curves = curve_frame(iters, evals)
+    order = [s for s in (args.baseline, "trace", "dapo", "pcl", "treepo", "trace-root", "trace-prefix")
+             if s in set(curves["strategy"].to_list())]
+    table, ctx = learning_table(curves, baseline=args.baseline, order=order)
+    print(learning_markdown(table, ctx))
+    print()
+    for f in sorted(set(curves["family"].to_list()) - {"all"}):
+        pts = at_budget(curves, (1.0,), family=f)
+        cells = []
+        for s in order:
+            m, h = mean_ci(pts.filter(pl.col("strategy") == s)["accuracy"])
+            cells.append(f"{s} {100 * m:.1f}" + (f" ± {100 * h:.1f}" if h == h else ""))
+        print(f"* {f}: " + ", ".join(cells))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        curves.write_csv(args.out / "learning_curves.csv")
+        table.write_csv(args.out / "learning.csv")
+        plot_learning_curves(curves, args.out / "learning_tokens.png", x="tokens")
+        plot_learning_curves(curves, args.out / "learning_seconds.png", x="seconds")
+        for f in sorted(set(curves["family"].to_list()) - {"all"}):
+            plot_learning_curves(curves, args.out / f"learning_tokens_{f}.png", family=f)
+
+
+if __name__ == "__main__":
+    main()
