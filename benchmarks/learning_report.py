@@ -55,6 +55,14 @@ def main() -> None:
             m, h = mean_ci(pts.filter(pl.col("strategy") == s)["accuracy"])
             cells.append(f"{s} {100 * m:.1f}" + (f" ± {100 * h:.1f}" if h == h else ""))
         print(f"* {f}: " + ", ".join(cells))
+    probe = evals.filter(pl.col("split") == "probe")
+    if probe.height:
+        last = int(probe["iteration"].max())
+        for s in order:
+            sub = probe.filter(pl.col("strategy") == s)
+            a0 = mean_ci(sub.filter(pl.col("iteration") == 0)["accuracy"])[0]
+            a1 = mean_ci(sub.filter(pl.col("iteration") == last)["accuracy"])[0]
+            print(f"* probe (training prompts), {s}: {100 * a0:.1f} -> {100 * a1:.1f} after {last} iterations")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         curves.write_csv(args.out / "learning_curves.csv")
