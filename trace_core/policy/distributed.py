@@ -318,6 +318,7 @@ def run_worker(job_dir: str | Path) -> None:
             tmp = job_dir / f".{RESULT}.tmp"
             tmp.write_text(stats.model_dump_json(exclude_none=True))
             tmp.rename(job_dir / RESULT)
+        dist.barrier()  # no rank tears its gloo pairs down while another still uses them (an abort at exit)
     finally:
         dist.destroy_process_group()
 
