@@ -26,9 +26,9 @@ import numpy as np
 import polars as pl
 
 from trace_core.nodes import NODE_SCHEMA
+from trace_core.nodestore.queries import load_query, run_named_query
+from trace_core.nodestore.shards import ShardWriter
 from trace_core.store import connect
-from trace_core.store.queries import load_query, run_named_query
-from trace_core.store.shards import ShardWriter
 
 RAW, TURNS, EXT, EXT_TURNS = 8, 3, 2, 2
 PER_PROMPT = 1 + RAW * TURNS + EXT * EXT_TURNS  # 29 nodes

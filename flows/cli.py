@@ -22,7 +22,7 @@ HomeOpt = typer.Option(Path(".trace-home"), "--home", help="Run home: shards, ca
 
 def _check_home(home: Path, create: bool = True) -> None:
     """A usable run home or exit 2 with one line: a directory (or creatable), no glob characters."""
-    from trace_core.store.layout import check_home_path
+    from trace_core.nodestore.layout import check_home_path
 
     try:
         check_home_path(home)
@@ -46,9 +46,9 @@ def _check_run_id(run_id: str | None) -> None:
 
 def _check_unlocked(home: Path, run_id: str) -> None:
     """Exit 2 with the holder's pid and host if another live process is writing this run (the
-    flow takes the lock itself for the whole run: trace_core.store.lock)."""
+    flow takes the lock itself for the whole run: trace_core.nodestore.lock)."""
+    from trace_core.nodestore.lock import RunLocked, acquire_run_lock, release_run_lock
     from trace_core.run import RunRef
-    from trace_core.store.lock import RunLocked, acquire_run_lock, release_run_lock
 
     try:
         release_run_lock(acquire_run_lock(RunRef(str(home.resolve()), run_id).run_dir))
@@ -153,7 +153,7 @@ def train(
     tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow server (default sqlite under --home)."),
 ) -> None:
     """The main job: the TRACE training flow on the config (tiny CPU config by default)."""
-    from trace_core.store.lock import RunLocked
+    from trace_core.nodestore.lock import RunLocked
 
     _check_run_id(run_id)
     cfg = _train_config(config, set_, home)
@@ -248,20 +248,23 @@ def sql(
     home: Path = HomeOpt,
 ) -> None:
     """Run a named analysis query against the run home's DuckDB catalogue."""
-    from trace_core.store.queries import describe_query, list_queries, sql_command
+    from trace_core.nodestore.queries import describe_query, list_queries, sql_command
 
     if name is None:
         typer.echo("\n".join(f"{q:32s} {describe_query(q)}" for q in list_queries()))
         return
     skipped = logging.StreamHandler(sys.stderr)  # one line per shard --skip-bad leaves out
     skipped.setFormatter(logging.Formatter("%(message)s"))
-    logging.getLogger("trace_core.store.catalogue").addHandler(skipped)
+    loggers = [logging.getLogger(name) for name in ("trace_core.store", "trace_core.nodestore")]
+    for logger in loggers:
+        logger.addHandler(skipped)
     try:
         text = sql_command(name, run_id=run_id, fmt=fmt, home_dir=home, output=out, skip_bad=skip_bad)
     except (KeyError, ValueError, OSError) as err:  # CorruptShard is a ValueError: one line, exit 2
         _fail(err)
     finally:
-        logging.getLogger("trace_core.store.catalogue").removeHandler(skipped)
+        for logger in loggers:
+            logger.removeHandler(skipped)
     if text:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 

@@ -21,12 +21,12 @@ from tasks.artifacts import name_flow_run, prefect_link_tags, publish_iteration,
 from tasks.stages import StageRunner, stage_tasks
 from trace_core.config import TrainConfig
 from trace_core.config_io import config_hash
+from trace_core.nodestore.lock import hold_run_lock
+from trace_core.nodestore.run_row import recording_run
 from trace_core.policy.checkpoint import retire_checkpoints
 from trace_core.results import Evaluation, IterationResults, IterationTiming
 from trace_core.run import RunRef, initial_checkpoint, new_run_id
 from trace_core.store import ensure_catalog
-from trace_core.store.lock import hold_run_lock
-from trace_core.store.run_row import recording_run
 from tracking.run_tracker import RunTracker, evaluation_metrics, wall_metrics
 
 

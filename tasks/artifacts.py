@@ -11,10 +11,10 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from trace_core.config import TrainConfig
+from trace_core.nodestore.layout import shard_path
+from trace_core.nodestore.shards import read_shard
 from trace_core.results import IterationResults
 from trace_core.run import RunRef
-from trace_core.store.layout import shard_path
-from trace_core.store.shards import read_shard
 
 
 def _key(*parts: object) -> str:

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from flows.cli import app
 from trace_core.config import load_train_config
 from trace_core.config_io import ConfigError
+from trace_core.nodestore import queries
+from trace_core.nodestore.shards import ShardWriter
 from trace_core.run import RunRef, check_run_id
-from trace_core.store import queries
-from trace_core.store.shards import ShardWriter
 
 runner = CliRunner()
 

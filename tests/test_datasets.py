@@ -158,8 +158,8 @@ def test_one_iteration_of_the_gsm8k_config_trains_on_dataset_prompts(tmp_path):
 
     from tests.iteration_stages import run_until_verified
     from trace_core import iteration as it
+    from trace_core.nodestore.shards import read_shard
     from trace_core.run import RunRef, initial_checkpoint
-    from trace_core.store.shards import read_shard
 
     cfg = load_train_config(ROOT / "configs" / "gsm8k-tiny.yaml", [
         "run.candidate_pool=8", "run.eval_tasks=4", "run.eval_samples=1", "allocation.budget_total=16",

@@ -19,7 +19,7 @@ def test_trace_core_imports_no_prefect_or_mlflow():
 
 def test_duckdb_only_in_store():
     users = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py") if "duckdb" in _imports(p)]
-    assert users and all(u.startswith("store/") for u in users), users
+    assert users == ["store.py"], users
 
 
 REPO = ROOT.parent

@@ -20,9 +20,9 @@ import polars as pl
 
 from trace_core.config import TrainConfig
 from trace_core.metrics import expected_effective_ratio
+from trace_core.nodestore.layout import shard_path
+from trace_core.nodestore.shards import read_shard
 from trace_core.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed
-from trace_core.store.layout import shard_path
-from trace_core.store.shards import read_shard
 
 ROOT_RULES = ("grpo", "pcl", "trace/groups", "trace/trajectories")
 

@@ -33,6 +33,8 @@ from trace_core.allocation.planner import RootPlan, plan_prefixes, plan_roots
 from trace_core.config import TrainConfig
 from trace_core.metrics import trajectory_metrics
 from trace_core.nodes import nodes_frame, root_rows, with_prefix_decisions
+from trace_core.nodestore.layout import shard_path, write_parquet_atomic
+from trace_core.nodestore.shards import ShardWriter, read_shard
 from trace_core.policy.live import load_policy_for
 from trace_core.prompts import candidate_pool, heldout_pool, probe_pool, tasks_by_id
 from trace_core.records import (
@@ -57,8 +59,6 @@ from trace_core.results import (
 from trace_core.rollout import RolloutConfig
 from trace_core.rollouts import rollouts_for
 from trace_core.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed
-from trace_core.store.layout import shard_path, write_parquet_atomic
-from trace_core.store.shards import ShardWriter, read_shard
 from trace_core.utility import prefix_utility, root_utility
 
 

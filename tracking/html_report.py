@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from trace_core.store.queries import run_named_query
+from trace_core.nodestore.queries import run_named_query
 from tracking.plots import (
     plot_accuracy,
     plot_allocation_histogram,

@@ -15,9 +15,9 @@ from store_fixture import fixture_nodes
 
 from trace_core import store
 from trace_core.nodes import NODE_SCHEMA
-from trace_core.store import catalogue, shards
-from trace_core.store.layout import shard_path
-from trace_core.store.shards import ShardWriter, write_shard
+from trace_core.nodestore import shards
+from trace_core.nodestore.layout import shard_path
+from trace_core.nodestore.shards import ShardWriter, write_shard
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -130,7 +130,7 @@ def test_training_writes_while_another_process_holds_the_catalogue(tmp_path, mon
         else:
             with pytest.warns(RuntimeWarning, match="busy"):  # cannot even read the stamp: warn only
                 assert not store.ensure_catalog(tmp_path)
-        monkeypatch.setattr(catalogue, "schema_sha", lambda home=None: "stale")  # force a refresh attempt
+        monkeypatch.setattr(store, "schema_sha", lambda home=None: "stale")  # force a refresh attempt
         with pytest.warns(RuntimeWarning, match="busy"):
             assert not store.ensure_catalog(tmp_path)
         total = _nodes().height + _nodes("r1", 1).height

@@ -1,9 +1,9 @@
 """Parquet shards of the node store: rows conformed to their table, written, read, checked.
 
-Paths, table schemas and the atomic file write are ``trace_core.store.layout``. Homes written in
+Paths, table schemas and the atomic file write are ``trace_core.nodestore.layout``. Homes written in
 the older ``run=R/iter=N`` layout are moved into the current one when opened
-(``trace_core.store.migrate``). This module does not import duckdb; the DuckDB catalogue over
-these files lives in ``trace_core.store.catalogue``.
+(``trace_core.nodestore.migrate``). This module does not import duckdb; the DuckDB catalogue over
+these files lives in ``trace_core.store``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import polars as pl
 
 from trace_core.nodes import with_anchors
-from trace_core.store import objstore
-from trace_core.store.layout import (
+from trace_core.nodestore import objstore
+from trace_core.nodestore.layout import (
     COMPRESSION,
     COMPRESSION_LEVEL,
     SCHEMA_SHARD,
@@ -28,7 +28,7 @@ from trace_core.store.layout import (
     table_shards,
     write_parquet_atomic,
 )
-from trace_core.store.migrate import migrate_layout
+from trace_core.nodestore.migrate import migrate_layout
 
 
 def conform(frame: pl.DataFrame, table: str) -> pl.DataFrame:

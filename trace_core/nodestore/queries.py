@@ -13,8 +13,9 @@ from typing import Literal
 
 import polars as pl
 
-from trace_core.store import catalogue, objstore
-from trace_core.store.layout import check_home_path
+from trace_core import store as catalogue
+from trace_core.nodestore import objstore
+from trace_core.nodestore.layout import check_home_path
 
 OutputFormat = Literal["table", "csv", "parquet"]
 FORMATS: tuple[str, ...] = ("table", "csv", "parquet")
@@ -47,7 +48,7 @@ def run_named_query(home_dir: str | Path, name: str, run_id: str | None = None, 
                     skip_bad: bool = False) -> pl.DataFrame:
     """Run ``sql/NAME.sql`` over the shards under ``home_dir``; ``run_id=None`` = all runs;
     ``skip_bad``: leave out shards that do not open (``CorruptShard`` names the first otherwise).
-    ``home_dir`` may be an object-storage home (``s3://bucket/prefix``, see ``trace_core.store.objstore``)."""
+    ``home_dir`` may be an object-storage home (``s3://bucket/prefix``, see ``trace_core.nodestore.objstore``)."""
     return catalogue.query(home_dir, load_query(name), {"run_id": run_id}, skip_bad=skip_bad)
 
 

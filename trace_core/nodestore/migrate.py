@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from trace_core.nodes import with_anchors
-from trace_core.store.layout import TABLES, fsync_dir, table_dir, write_parquet_atomic
+from trace_core.nodestore.layout import TABLES, fsync_dir, table_dir, write_parquet_atomic
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from trace_core.config_io import config_hash
 from trace_core.nodes import utc_now
-from trace_core.store.shards import ShardWriter, read_shard
+from trace_core.nodestore.shards import ShardWriter, read_shard
 
 STAGE = "run"
 STATUSES = ("running", "finished", "failed")
