@@ -425,3 +425,19 @@ def test_objectives_with_costs():
 def test_objective_and_price_validation(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_iteration_budget_tracks_cumulative_tokens():
+    """budget_tokens: each iteration buys the tokens still owed at the last price, bounded to
+    [0.5, 2] x one iteration's worth; budget_total at iteration 0 and without a token budget."""
+    from trace_core.allocation.config import AllocationConfig
+    from trace_core.allocation.planner import iteration_budget
+
+    cfg = AllocationConfig(budget_total=64, budget_tokens=6_000)
+    assert iteration_budget(cfg, 0, 0, None) == 64
+    assert iteration_budget(AllocationConfig(budget_total=64), 3, 9_999, 50.0) == 64
+    assert iteration_budget(cfg, 1, 6_000, 50.0) == 120           # on track: 6,000 tokens at 50 each
+    assert iteration_budget(cfg, 1, 4_000, 50.0) == 160           # 8,000 owed
+    assert iteration_budget(cfg, 1, 0, 50.0) == 240               # capped at 2x
+    assert iteration_budget(cfg, 1, 11_000, 50.0) == 60           # overspent: floor 0.5x
+    assert iteration_budget(cfg, 1, 6_000, 25.0) == 240           # cheaper trajectories buy more

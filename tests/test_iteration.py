@@ -121,3 +121,23 @@ def test_one_price_across_the_stages(one_iteration):
         both = (first["m_alloc"] > 0) & (wave["m_alloc"] > 0)
         assert not both.any()
         assert res.extensions.refill_trajectories == int(wave["m_alloc"].sum())
+
+
+def test_equal_tokens_budget(one_iteration):
+    """allocation.budget_tokens: iteration 1's trajectory budget is what the tokens still owed buy
+    at iteration 0's tokens per trajectory (roots and continuations priced alike), and every
+    stage of the iteration keeps to it."""
+    cfg, ref, res = one_iteration
+    spent, price = it.spent_tokens(ref, 1)
+    nodes = pl.read_parquet(res.verified.nodes)
+    assert spent == int(nodes["new_tokens"].sum()) == res.raw.tokens + res.extensions.tokens
+    assert price == pytest.approx(spent / int(nodes["is_leaf"].sum()))
+    assert it.spent_tokens(ref, 0) == (0, None)
+    for owed_factor in (1.0, 1.6):  # under-spent at iteration 0: iteration 1 buys more (up to 2x)
+        target = int(spent * owed_factor)
+        tcfg = cfg.model_copy(update={"allocation": cfg.allocation.model_copy(update={"budget_tokens": target})})
+        roots = it.allocate_roots(ref, tcfg, 1, res.predictor)
+        want = min(max((2 * target - spent) / price, 0.5 * target / price), 2 * target / price)
+        assert roots.budget == int(round(want))
+        assert roots.root_budget_used <= roots.root_budget <= roots.budget
+    assert it.allocate_roots(ref, cfg, 1, res.predictor).budget == cfg.allocation.budget_total

@@ -29,7 +29,7 @@ import torch
 
 from trace_core.advantage import compute_advantages
 from trace_core.allocation import get_strategy
-from trace_core.allocation.planner import RootPlan, plan_prefixes, plan_roots
+from trace_core.allocation.planner import RootPlan, iteration_budget, plan_prefixes, plan_roots
 from trace_core.config import TrainConfig
 from trace_core.metrics import trajectory_metrics
 from trace_core.nodes import nodes_frame, root_rows, with_prefix_decisions
@@ -151,14 +151,38 @@ def previous_continuations(ref: RunRef, iteration: int) -> int | None:
     return read_shard(path).filter(pl.col("is_leaf") & (pl.col("origin") == "extension")).height
 
 
+def spent_tokens(ref: RunRef, iteration: int) -> tuple[int, float | None]:
+    """Tokens the iterations before ``iteration`` generated (everything: roots, continuations,
+    refills), and the last one's tokens per trajectory (None at iteration 0 or when a shard is gone)."""
+    total, price = 0, None
+    for i in range(iteration):
+        path = shard_path(ref.home, "nodes", ref.run_id, "final", i)
+        if not path.is_file():
+            return total, None
+        nodes = read_shard(path)
+        tokens, trajectories = int(nodes["new_tokens"].sum() or 0), int(nodes["is_leaf"].sum() or 0)
+        total += tokens
+        price = tokens / trajectories if trajectories else None
+    return total, price
+
+
+def _allocation(cfg: TrainConfig, roots: RootAllocation):
+    """The allocation settings with this iteration's trajectory budget (stage 2 chose it)."""
+    return cfg.allocation.model_copy(update={"budget_total": roots.budget}) if roots.budget else cfg.allocation
+
+
 def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit) -> RootAllocation:
-    """(2) Score the candidate pool; the planner chooses m_i per prompt (0 skips it), the reserve
-    and the roots' price."""
+    """(2) Score the candidate pool; the planner sets the iteration's trajectory budget and
+    chooses m_i per prompt (0 skips it), the reserve and the roots' price."""
     t0 = time.perf_counter()
     tasks = candidate_pool(cfg, iteration)
     v = _clip(_load_predictor(predictor.path).predict(root_rows(ref.run_id, iteration, cfg.allocation.strategy, tasks)), cfg)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
-    plan = plan_roots(v, cfg.allocation, rng, previous_continuations=previous_continuations(ref, iteration))
+    budget = cfg.allocation.budget_total
+    if cfg.allocation.budget_tokens is not None:
+        budget = iteration_budget(cfg.allocation, iteration, *spent_tokens(ref, iteration))
+    alloc = cfg.allocation.model_copy(update={"budget_total": budget})
+    plan = plan_roots(v, alloc, rng, previous_continuations=previous_continuations(ref, iteration))
     utility = root_utility(v, plan.m)
     prompts = pl.DataFrame({
         "run_id": ref.run_id, "strategy": cfg.allocation.strategy, "iteration": iteration,
@@ -169,7 +193,7 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     return RootAllocation(prompts=str(path), candidates=len(tasks), active=int((plan.m > 0).sum()),
                           root_budget_used=plan.used, expected_contrastive=float(utility.sum()),
                           expected_effective=float((plan.m * utility).sum()), root_budget=plan.budget,
-                          threshold=plan.price, seconds=time.perf_counter() - t0)
+                          threshold=plan.price, budget=budget, seconds=time.perf_counter() - t0)
 
 
 def _generation(nodes: pl.DataFrame, path: Path, t0: float) -> Generation:
@@ -213,7 +237,7 @@ def _prefix_values(pred, nodes: pl.DataFrame, cands: pl.DataFrame, cfg: TrainCon
 def _root_plan(cfg: TrainConfig, roots: RootAllocation, prompts: pl.DataFrame) -> RootPlan:
     """The first wave's plan as stage 2 recorded it (``RootAllocation`` + its prompts shard)."""
     return RootPlan(m=prompts["m_alloc"].to_numpy().astype(np.int64), budget=roots.root_budget,
-                    reserve=cfg.allocation.budget_total - roots.root_budget, price=roots.threshold)
+                    reserve=_allocation(cfg, roots).budget_total - roots.root_budget, price=roots.threshold)
 
 
 def _zero_variance_groups(nodes: pl.DataFrame) -> int:
@@ -237,7 +261,7 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     depth = cands["depth"].to_numpy()
     prompts = read_shard(roots.prompts)
     plan = plan_prefixes(_root_plan(cfg, roots, prompts), prompts["v_pred"].to_numpy(), v, r, depth,
-                         np.maximum(cfg.env.max_turns - depth, 1), raw.trajectories, cfg.allocation,
+                         np.maximum(cfg.env.max_turns - depth, 1), raw.trajectories, _allocation(cfg, roots),
                          np.random.default_rng(iteration_seed(cfg, iteration, "prefixes")),
                          zero_variance_groups=_zero_variance_groups(nodes))
     alloc = pl.DataFrame({"node_id": cands["node_id"], "v_pred": v_node, "flip": flip, "r": r, "k": plan.k,
@@ -397,7 +421,8 @@ def record_iteration(ref: RunRef, cfg: TrainConfig, iteration: int, results: Ite
                      accuracy: Evaluation, start: Evaluation | None = None) -> dict:
     """Write the iteration's summary row (budget, tokens, metrics, accuracy, stage timings) and
     the ``evaluations`` rows of the evaluation after it (and, ``start``, of the one before training)."""
-    row = iteration_row(ref.run_id, cfg.allocation.strategy, iteration, cfg.allocation.budget_total, results, accuracy)
+    row = iteration_row(ref.run_id, cfg.allocation.strategy, iteration, _allocation(cfg, results.roots).budget_total,
+                        results, accuracy)
     ShardWriter(ref.home, ref.run_id).write("iterations", pl.DataFrame([row]), stage="final", iteration=iteration)
     if start is not None:
         record_evaluation(ref, cfg, 0, start)

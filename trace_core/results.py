@@ -66,6 +66,7 @@ class RootAllocation(StageResult):
     expected_effective: float = 0.0
     root_budget: int = 0  # first-wave raw rollouts offered (the rest is the continuation reserve)
     threshold: float = 0.0  # the roots' price: continuations must beat it (trace, one price)
+    budget: int = 0  # trajectories this iteration may generate (planner.iteration_budget; 0: budget_total)
 
 
 class Generation(StageResult):

@@ -22,6 +22,14 @@ class AllocationConfig(BaseModel):
     budget_total: int = Field(  # <= 100k: 12x a large GRPO step (512 prompts x 16); 1e9 never finishes
         64, ge=1, le=100_000, description="Trajectories generated per iteration (raw + continuations)."
     )
+    budget_tokens: int | None = Field(
+        None, ge=1, le=100_000_000,
+        description="Equal tokens instead of equal trajectories: generated tokens per iteration. Each "
+        "iteration's trajectory budget is then what the tokens still owed (budget_tokens x iterations so far "
+        "- tokens generated) buy at the previous iteration's tokens per trajectory (roots, continuations and "
+        "refills priced alike, by what they cost), within [0.5, 2] x budget_tokens / that price; "
+        "budget_total is iteration 0's. None: budget_total trajectories every iteration.",
+    )
     root_share: float | None = Field(
         None, gt=0.0, le=1.0,
         description="Fraction of the budget spent on raw rollouts by strategies with an extension stage. "
