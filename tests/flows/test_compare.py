@@ -81,3 +81,28 @@ def test_learning_benchmark_smoke(prefect_server, tmp_path):
     used = dict(iters.iter_rows())
     assert used["grpo"] == used["trace"] == 2 * cfg.allocation.budget_total
     assert used["dapo"] >= used["grpo"]  # dynamic sampling pays for its refills
+
+
+def test_equal_tokens_benchmark_smoke(prefect_server, tmp_path):
+    """The benchmark at equal tokens (`--set allocation.budget_tokens=T`): iteration 0 asks for
+    budget_total trajectories, every later one for what the tokens still owed buy at the last
+    iteration's tokens per trajectory, so both strategies' cumulative tokens track T x iterations."""
+    from flows.compare import compare_flow
+    from trace_core.allocation.planner import iteration_budget
+    from trace_core.store import query
+
+    tokens = 24 * 20
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=3", "tracking.log_model=false",
+                                                         f"allocation.budget_tokens={tokens}"])
+    compare_flow(cfg, strategies=["grpo", "trace"], seeds=1, home=str(tmp_path), run_id="tok")
+    rows = query(str(tmp_path), "select strategy, iteration, budget_asked, budget_used, tokens from iterations "
+                                "order by strategy, iteration")
+    for strategy in ("grpo", "trace"):
+        r = rows.filter(pl.col("strategy") == strategy)
+        assert r["budget_asked"][0] == cfg.allocation.budget_total
+        for i in (1, 2):
+            spent = int(r["tokens"][:i].sum())
+            price = r["tokens"][i - 1] / r["budget_used"][i - 1]
+            assert r["budget_asked"][i] == iteration_budget(cfg.allocation, i, spent, price), (strategy, i)
+        assert all(u <= a for u, a in zip(r["budget_used"], r["budget_asked"], strict=True))
+        assert 1.5 * tokens <= int(r["tokens"].sum()) <= 4.5 * tokens
