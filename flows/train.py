@@ -27,7 +27,7 @@ from trace_core.policy.checkpoint import retire_checkpoints
 from trace_core.results import Evaluation, IterationResults, IterationTiming
 from trace_core.run import RunRef, initial_checkpoint, new_run_id
 from trace_core.store import ensure_catalog
-from tracking.run_tracker import RunTracker, evaluation_metrics, wall_metrics
+from tracking.run_tracker import RunTracker, wall_metrics
 
 
 def overhead_split(results: IterationResults, accuracy: Evaluation, wall: float) -> IterationTiming:
@@ -63,7 +63,7 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
 
         checkpoint = initial_checkpoint(cfg)
         accuracy = before = t.evaluate(cfg, checkpoint)  # its per-cell outcomes: the predictor's first prior
-        tracker.log(evaluation_metrics(accuracy), step=0)
+        tracker.log_evaluation(accuracy, trained=0)
         publish_mlflow_link(ref.run_id, tracker.mlflow_link())  # the MLflow run, from the Prefect UI
         history, timings = [], []  # the `iterations` table rows; this process's wall-time splits
         run = StageRunner(log, ref.home)  # a cached stage whose shard or checkpoint is gone is recomputed
@@ -86,9 +86,10 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
                                        extensions=extensions, verified=verified, update=update)
             row = run(t.record_iteration, ref, cfg, i, results, accuracy, before if i == 0 else None)
             publish_iteration(ref, cfg, i, results, row)
-            tracker.log_iteration(i, results, row)
+            tracker.log_iteration(i, results, row)  # step = iteration, as in the store
+            tracker.log_evaluation(accuracy, trained=i + 1)
             timing = overhead_split(results, accuracy, time.perf_counter() - t_iter)
-            tracker.log(wall_metrics(timing), step=i + 1, group="wall")
+            tracker.log(wall_metrics(timing), step=i, group="wall")
             history.append(row)
             timings.append(timing)
             scored = {r["iteration"]: r.get("accuracy") for r in history}  # retention: newest N + best

@@ -97,6 +97,10 @@ def initial_checkpoint(cfg: TrainConfig) -> str:
 
     path = Path(cfg.model.path) if cfg.model.path else TINY_WARM_DIR
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no model at {path}: set model.path to a local HF model directory, "
-                                "or run `trace-rl warmup` to rebuild the tiny checkpoint")
+        what = "no directory" if not path.exists() else "no config.json in it"
+        if cfg.model.path:
+            raise FileNotFoundError(f"model.path {path}: {what}; set model.path to a local Hugging Face model "
+                                    "directory (config.json, weights, tokenizer)")
+        raise FileNotFoundError(f"no shipped model at {path} ({what}): rebuild it with "
+                                f"`trace-rl warmup --out {path}`, or set model.path")
     return str(path)

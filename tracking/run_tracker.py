@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from trace_core.config import TrainConfig
+from trace_core.policy.config import checkpoint_sizes
 from trace_core.results import Evaluation, IterationResults, IterationTiming
-from trace_core.run import RunRef
+from trace_core.run import RunRef, initial_checkpoint
 from tracking.links import git_state, mlflow_run_url
 from tracking.mlflow_tracker import Tracker
 from tracking.registry import dataset_records, model_files
@@ -24,9 +25,12 @@ def accuracy_metrics(columns: dict) -> dict[str, float]:
 
 
 def evaluation_metrics(accuracy: Evaluation) -> dict[str, float]:
-    """A held-out evaluation: accuracy overall and per family, and its wall seconds."""
+    """A held-out evaluation: accuracy overall and per family (and the training probe's). Logged
+    at the step of the ``evaluations`` view: the number of iterations the policy has been trained
+    (0 = before training), i.e. the step of the iteration whose rollouts that policy generates.
+    Its wall seconds are the iteration's (``wall_metrics``)."""
     probe = {} if accuracy.probe_accuracy is None else {"accuracy/probe": accuracy.probe_accuracy}
-    return accuracy_metrics(accuracy.columns()) | probe | {"time/evaluate_s": accuracy.seconds}
+    return accuracy_metrics(accuracy.columns()) | probe
 
 
 def wall_metrics(timing: IterationTiming) -> dict[str, float]:
@@ -40,7 +44,8 @@ def wall_metrics(timing: IterationTiming) -> dict[str, float]:
 def iteration_metrics(results: IterationResults, row: dict) -> dict[str, float]:
     """The per-iteration metrics, grouped by ``/`` in the MLflow UI: ``effective/`` (ratio, waste),
     ``reward/``, ``budget/`` (trajectories asked / used, tokens, branching), ``accuracy/``,
-    ``predictor/`` (fit, prospective Brier / AUC / ECE), ``update/`` and ``time/`` (stage seconds)."""
+    ``predictor/`` (fit, prospective Brier / AUC / ECE), ``update/`` and ``time/`` (stage seconds).
+    Accuracy is not among them: it is logged per evaluation (``evaluation_metrics``)."""
     ver, fit = results.verified, results.predictor.fit
     out = {"effective/ratio": ver.effective_ratio, "effective/wasted_share": ver.wasted_share,
            "effective/wasted": ver.wasted, "effective/per_1k_tokens": ver.effective_per_1k_tokens,
@@ -52,10 +57,19 @@ def iteration_metrics(results: IterationResults, row: dict) -> dict[str, float]:
            "time/raw_tokens_per_s": results.raw.tokens_per_s,
            "predictor/train_loss": fit.train_loss, "predictor/labelled": fit.n_labelled}
     out.update({f"update/{k}": v for k, v in results.update.stats.metrics().items()})
-    out.update(accuracy_metrics(row))
     out.update({f"time/{k}_s": v for k, v in results.stage_seconds().items()})
     out.update({_predictor_key(k): v for k, v in ver.predictor_metrics.items()})
     return out
+
+
+def trained_params(cfg: TrainConfig) -> dict:
+    """The config as MLflow params, its ``model`` section describing the model actually trained:
+    the directory it loads from and the sizes that checkpoint's ``config.json`` states (the size
+    fields only shape a model built from scratch by ``trace-rl warmup``)."""
+    params = cfg.model_dump(mode="json")
+    path = initial_checkpoint(cfg)
+    params["model"] = {**params["model"], **checkpoint_sizes(path), "path": path}
+    return params
 
 
 class RunTracker:
@@ -71,7 +85,7 @@ class RunTracker:
                                tags={"trace_rl.strategy": cfg.allocation.strategy})
         # set on every session (a resume may run other code, from another Prefect flow run)
         self.tracker.set_tags({**git_state(), **(tags or {})})
-        self.tracker.log_params(cfg.model_dump(mode="json"))
+        self.tracker.log_params(trained_params(cfg))
         if cfg.data.enabled:  # the data files, with their digests
             self.tracker.log_inputs(dataset_records(cfg))
 
@@ -97,7 +111,14 @@ class RunTracker:
             marker.write_text(str(step))
 
     def log_iteration(self, i: int, results: IterationResults, row: dict) -> None:
-        self.log(iteration_metrics(results, row), step=i + 1)  # step 0 = before training
+        """Iteration ``i``'s metrics at step ``i``: the store's ``iteration`` column."""
+        self.log(iteration_metrics(results, row), step=i)
+
+    def log_evaluation(self, accuracy: Evaluation, trained: int) -> None:
+        """A held-out evaluation of the policy after ``trained`` iterations, at step ``trained``
+        (as the ``evaluations`` view: 0 = before training, N = the final policy)."""
+        if metrics := evaluation_metrics(accuracy):
+            self.log(metrics, step=trained, group="eval")
 
     def finish(self, history: list[dict], checkpoint: str | None = None) -> str:
         files = publish_run_artifacts(self.tracker, self.cfg)
