@@ -276,8 +276,9 @@ def headroom(
 def sql(
     name: str = typer.Argument(None, help="Named query (sql/NAME.sql); omit to list them."),
     run_id: str = typer.Option(None, "--run-id", help="Only this run."),
-    fmt: str = typer.Option("table", "--format", help="table | csv | parquet"),
-    out: Path = typer.Option(None, "--out", help="Output file (parquet needs one)."),
+    fmt: str = typer.Option(None, "--format", help="table | csv | parquet (default: from --out's extension, "
+                            "else table)."),
+    out: Path = typer.Option(None, "--out", help="Output file (parquet needs one; x.parquet / x.csv set the format)."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Query around unreadable shards (each named on stderr)."),
     home: Path = HomeOpt,
 ) -> None:
@@ -294,7 +295,7 @@ def sql(
         logger.addHandler(skipped)
     try:
         text = sql_command(name, run_id=run_id, fmt=fmt, home_dir=home, output=out, skip_bad=skip_bad)
-    except (KeyError, ValueError, OSError) as err:  # CorruptShard is a ValueError: one line, exit 2
+    except (KeyError, ValueError, OSError, LookupError) as err:  # CorruptShard is a ValueError: one line, exit 2
         _fail(err)
     finally:
         for logger in loggers:

@@ -53,7 +53,8 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
     if run_id is None:
         name_flow_run(ref.run_id)
     with hold_run_lock(ref.run_dir), recording_run(  # one writer per run; the run's row in the `runs` view
-            ref.home, ref.run_id, cfg, strategy=cfg.allocation.strategy, seed=cfg.run.seed):
+            ref.home, ref.run_id, cfg, strategy=cfg.allocation.strategy, seed=cfg.run.seed,
+            parent_run_id=parent_tracking_run):  # a compare child names its comparison
         t = stage_tasks(ref.home, timeout=cfg.run.stage_timeout_s)
         log = get_run_logger()
         log.info("run %s  strategy=%s  config=%s  home=%s", ref.run_id, cfg.allocation.strategy, config_hash(cfg), ref.home)
