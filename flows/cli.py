@@ -86,6 +86,11 @@ def _quiet_env(home: Path) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # the temporary local server needs 5-16 s on 2 busy cores; the default wait is too short
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    # third-party progress bars and notices (weights loading / saving, artifact copies, MLflow's
+    # database set-up) say nothing about the run: the flow's own log lines do
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
 def _fail(err: Exception) -> None:
@@ -196,7 +201,7 @@ def train(
 
     from flows.lifecycle import Interrupted, stop_on_signals, temporary_server
 
-    signum = None
+    signum, own_server = None, not os.environ.get("PREFECT_API_URL")
     try:
         with stop_on_signals(), temporary_server():
             from flows.train import train_flow
@@ -211,7 +216,9 @@ def train(
         typer.secho(f"interrupted by {name}: run stopped; rerun with the same --run-id to resume",
                     fg=typer.colors.RED, err=True)
         raise typer.Exit(128 + signum)
-    typer.echo(summary.get("report", ""))
+    from tracking.run_summary import where_lines
+
+    typer.echo("\n".join(where_lines(summary, temporary_server=own_server)))
 
 
 @app.command()

@@ -72,8 +72,10 @@ def run_dir(home: str | Path, run_id: str) -> Path:
     return RunRef(str(home), run_id).run_dir
 
 
-def new_run_id(cfg: TrainConfig) -> str:
-    return f"{cfg.allocation.strategy}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+def new_run_id(strategy: TrainConfig | str) -> str:
+    """A fresh run id: ``<strategy>-<UTC-less local time>-<6 hex>`` (a config gives its strategy)."""
+    name = strategy if isinstance(strategy, str) else strategy.allocation.strategy
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
 def iteration_seed(cfg: TrainConfig, iteration: int, stage: str) -> int:
