@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from trace_core.config import TrainConfig
+from trace_core.nodestore.shards import read_shard
 from trace_core.policy.config import checkpoint_sizes
 from trace_core.results import Evaluation, IterationResults, IterationTiming
+from trace_core.rollout_stats import rollout_metrics
 from trace_core.run import RunRef, initial_checkpoint
 from tracking.links import git_state, mlflow_run_url
 from tracking.mlflow_tracker import Tracker
@@ -111,8 +115,15 @@ class RunTracker:
             marker.write_text(str(step))
 
     def log_iteration(self, i: int, results: IterationResults, row: dict) -> None:
-        """Iteration ``i``'s metrics at step ``i``: the store's ``iteration`` column."""
-        self.log(iteration_metrics(results, row), step=i)
+        """Iteration ``i``'s metrics at step ``i``: the store's ``iteration`` column; with them the
+        rollout statistics RL users know (``trace_core.rollout_stats``) from the iteration's nodes."""
+        nodes = read_shard(Path(results.verified.nodes))
+        rollout = rollout_metrics(nodes, max_new_tokens=self.cfg.sampling.max_new_tokens,
+                                  seconds=results.stage_seconds())
+        stats = results.update.stats
+        if stats.loss_tokens and stats.seconds:  # loss tokens trained per second, every epoch's
+            rollout["time/update_tokens_per_s"] = stats.loss_tokens * self.cfg.update.ppo_epochs / stats.seconds
+        self.log(iteration_metrics(results, row) | rollout, step=i)
 
     def log_evaluation(self, accuracy: Evaluation, trained: int) -> None:
         """A held-out evaluation of the policy after ``trained`` iterations, at step ``trained``

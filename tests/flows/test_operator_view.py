@@ -86,6 +86,10 @@ def test_metric_names_are_grouped(ran):
     keys = set(run.data.metrics)
     assert {"effective/ratio", "effective/wasted_share", "budget/used", "budget/tokens", "accuracy/all",
             "time/iteration_s", "time/update_s", "time/raw_s", "predictor/train_loss", "update/loss"} <= keys
+    # the statistics RL users know from TRL / verl (README, Tracking: the metrics table)
+    assert {"reward/mean", "reward/std", "reward/frac_zero_std", "response/mean_length", "response/max_length",
+            "response/clipped_ratio", "episode/turns_mean", "episode/tool_calls_mean", "update/entropy",
+            "update/clip_frac", "time/raw_tokens_per_s", "time/update_tokens_per_s"} <= keys
     assert all("/" in k for k in keys), sorted(k for k in keys if "/" not in k)
     assert "predictor/root_auc" in keys or not any(k.startswith("predictor/root_") for k in keys)
     steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "effective/ratio"))
