@@ -316,6 +316,8 @@ def report(
     run: str = typer.Argument(..., help="Run id (a finished run or one still training)."),
     home: Path = HomeOpt,
     out: Path = typer.Option(None, "--out", help="HTML file to write (default: report-RUN.html here)."),
+    trees: int = typer.Option(3, "--trees", min=0, max=100, help="Rollout trees drawn: the most wasteful ones."),
+    prompt: str = typer.Option(None, "--prompt", help="Draw this prompt's trees instead (its prompt id)."),
 ) -> None:
     """One self-contained HTML page about a run from the store: effective ratio per iteration,
     waste by depth / task / difficulty, allocation histogram, predictor calibration."""
@@ -332,7 +334,7 @@ def report(
     from tracking.html_report import UnknownRun, write_html_report
 
     try:
-        path = write_html_report(home, run, out)
+        path = write_html_report(home, run, out, trees=trees if prompt is None else 100, prompt_id=prompt)
     except (UnknownRun, KeyError, ValueError, OSError) as err:  # CorruptShard is a ValueError
         _fail(err)
     typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")

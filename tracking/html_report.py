@@ -27,6 +27,7 @@ from tracking.plots import (
     plot_waste,
 )
 from tracking.plots_compare import plot_effective_by_iteration
+from tracking.tree_view import TREE_CSS, render_trees, tree_nodes
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1f2328; background: #f6f8fa; }
@@ -118,7 +119,7 @@ def _page(title: str, subtitle: str, body: list[str]) -> str:
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<title>{html.escape(title)}</title><style>{CSS}{TREE_CSS}</style></head><body>",
         f"<header><h1>{html.escape(title)}</h1><p>{subtitle}</p></header><main>", *body, "</main></body></html>", ""])
 
 
@@ -126,6 +127,19 @@ def comparison_children(home: Path, compare_id: str) -> pl.DataFrame:
     """The runs a comparison trained (``runs.parent_run_id``); empty for an ordinary run."""
     text = (sql_dir() / "catalog" / "comparison_children.sql").read_text()
     return query(home, text, {"run_id": compare_id})
+
+
+TREE_NOTE = ("Each tree: the prompt's root (m rollouts, predicted V̂), every agent turn (action → observation), "
+             "branch points with the continuations bought there (K), the predicted V̂ and flip probability against "
+             "the flips that happened, each leaf's reward and reason; continuations are marked blue.")
+
+
+def _tree_section(home: Path, run_id: str, trees: int, prompt_id: str | None, title: str = "Rollout trees") -> str:
+    blocks = render_trees(tree_nodes(home, run_id, trees=trees, prompt_id=prompt_id))
+    which = f"prompt {html.escape(prompt_id)}" if prompt_id else f"the {trees} most wasteful (iteration, prompt) trees"
+    body = "".join(blocks) or '<p class="none">no trees</p>'
+    return (f'<section class="trees"><h2>{html.escape(title)}</h2><p>{which}. {TREE_NOTE} '
+            f"<code>trace-rl report {html.escape(run_id)} --trees N --prompt ID</code></p>{body}</section>")
 
 
 def render_comparison_report(home: Path, compare_id: str, children: pl.DataFrame) -> str:
@@ -143,15 +157,17 @@ def render_comparison_report(home: Path, compare_id: str, children: pl.DataFrame
                  [html_table(its.drop("timings"), max_rows=400, drop=())]),
         _section("Waste by iteration", ["wasted_by_iteration"], compare_id, [],
                  [html_table(q["wasted_by_iteration"], max_rows=400, drop=())]),
+        *[_tree_section(home, child, 1, None, f"Most wasteful tree of {child} ({strategy})")
+          for child, strategy in children.select("run_id", "strategy").iter_rows()],
     ]
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return _page(f"trace-rl comparison: {compare_id}",
                  f"{children.height} runs · home {html.escape(str(home.resolve()))} · written {stamp}", sections)
 
 
-def render_html_report(home_dir: str | Path, run_id: str) -> str:
+def render_html_report(home_dir: str | Path, run_id: str, *, trees: int = 3, prompt_id: str | None = None) -> str:
     """The report page of ``run_id`` (a finished run or one still training) as one HTML string;
-    for a comparison id, the comparison's page."""
+    for a comparison id, the comparison's page. ``trees`` / ``prompt_id``: the rollout trees drawn."""
     home = Path(home_dir)
     if (children := comparison_children(home, run_id)).height:
         return render_comparison_report(home, run_id, children)
@@ -187,16 +203,18 @@ def render_html_report(home_dir: str | Path, run_id: str) -> str:
                  [html_table(q["predictor_calibration_bins"]), html_table(q["predictor_scores_by_iteration"])],
                  "Predictions made before the outcome, in ten bins of predicted success."),
         _section("Top wasted prompts", ["top_wasted_prompts"], run_id, [], [html_table(q["top_wasted_prompts"])]),
+        _tree_section(home, run_id, trees, prompt_id),
     ]
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return _page(f"trace-rl report: {run_id}", f"strategy {html.escape(str(strategy))} · home "
                  f"{html.escape(str(home.resolve()))} · written {stamp}", [_cards(by_it, its), *sections])
 
 
-def write_html_report(home_dir: str | Path, run_id: str, out: str | Path) -> Path:
+def write_html_report(home_dir: str | Path, run_id: str, out: str | Path, *, trees: int = 3,
+                      prompt_id: str | None = None) -> Path:
     """Write the report page to ``out`` (atomically: a temporary sibling, then renamed)."""
     out = Path(out)
-    page = render_html_report(home_dir, run_id)
+    page = render_html_report(home_dir, run_id, trees=trees, prompt_id=prompt_id)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(out)
