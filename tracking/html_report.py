@@ -138,7 +138,7 @@ def _tree_section(home: Path, run_id: str, trees: int, prompt_id: str | None, ti
     blocks = render_trees(tree_nodes(home, run_id, trees=trees, prompt_id=prompt_id))
     which = f"prompt {html.escape(prompt_id)}" if prompt_id else f"the {trees} most wasteful (iteration, prompt) trees"
     body = "".join(blocks) or '<p class="none">no trees</p>'
-    return (f'<section class="trees"><h2>{html.escape(title)}</h2><p>{which}. {TREE_NOTE} '
+    return (f'<section class="trees" id="trees"><h2>{html.escape(title)}</h2><p>{which}. {TREE_NOTE} '
             f"<code>trace-rl report {html.escape(run_id)} --trees N --prompt ID</code></p>{body}</section>")
 
 
