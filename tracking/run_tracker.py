@@ -124,6 +124,18 @@ class RunTracker:
         if stats.loss_tokens and stats.seconds:  # loss tokens trained per second, every epoch's
             rollout["time/update_tokens_per_s"] = stats.loss_tokens * self.cfg.update.ppo_epochs / stats.seconds
         self.log(iteration_metrics(results, row) | rollout, step=i)
+        self.log_traces(i, results.verified.nodes)
+
+    def log_traces(self, i: int, nodes: str) -> None:
+        """A sample of iteration ``i``'s trajectories as MLflow traces, once per iteration (a
+        resumed run skips the iterations whose traces were sent)."""
+        marker = self.tracker.run_dir / "tracked_step.traces"
+        done = int(marker.read_text()) if marker.is_file() else -1
+        if i <= done or not self.cfg.tracking.trace_samples:
+            return
+        self.tracker.log_traces(nodes, cap=self.cfg.tracking.trace_samples, seed=self.cfg.run.seed * 100_003 + i)
+        if self.tracker.flush(timeout=60.0):
+            marker.write_text(str(i))
 
     def log_evaluation(self, accuracy: Evaluation, trained: int) -> None:
         """A held-out evaluation of the policy after ``trained`` iterations, at step ``trained``
