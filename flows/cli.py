@@ -14,10 +14,30 @@ import typer
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="trace-rl: agentic RLVR with TRACE rollout-budget allocation.")
 
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"trace-rl {version('trace-rl')}")
+        except PackageNotFoundError:  # a checkout on PYTHONPATH, not pip-installed
+            typer.echo("trace-rl (not installed: running from a checkout)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(_version_: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                         help="Print the version and exit.")) -> None:
+    """trace-rl: agentic RLVR with TRACE rollout-budget allocation."""
+
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML run config (default: configs/tiny.yaml).")
 SetOpt = typer.Option(None, "--set", help="Override a config field: --set allocation.budget_total=128 (repeatable).")
 HomeOpt = typer.Option(Path(".trace-home"), "--home", help="Run home: shards, catalogue, checkpoints, mlflow.db.")
+TrackingOpt = typer.Option(None, "--tracking-uri", help="MLflow tracking URI, e.g. http://host:5000 "
+                           "(default: sqlite:///HOME/mlflow.db).")
+STRATEGIES = "grpo,dapo,pcl,treepo,trace,trace-root,trace-prefix"
 
 
 def _check_home(home: Path, create: bool = True) -> None:
@@ -66,6 +86,11 @@ def _quiet_env(home: Path) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # the temporary local server needs 5-16 s on 2 busy cores; the default wait is too short
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    # third-party progress bars and notices (weights loading / saving, artifact copies, MLflow's
+    # database set-up) say nothing about the run: the flow's own log lines do
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
 def _fail(err: Exception) -> None:
@@ -86,9 +111,21 @@ def _train_config(config: Path | None, overrides: list[str] | None, home: Path):
         cfg = load_train_config(config or DEFAULT_CONFIG, overrides or [])
     except ConfigError as err:
         _fail(err)
+    _check_model(cfg)
     _check_data(cfg)
     _quiet_env(home)  # created only for a valid config
     return cfg
+
+
+def _check_model(cfg) -> None:
+    """The model the run starts from must be there: a missing directory exits 2 with one line,
+    before a home, a flow run or a runs row exists."""
+    from trace_core.run import initial_checkpoint
+
+    try:
+        initial_checkpoint(cfg)
+    except FileNotFoundError as err:
+        _fail(err)
 
 
 def _check_data(cfg) -> None:
@@ -125,7 +162,9 @@ def simulate(
 def warmup(
     config: Path = ConfigOpt,
     set_: list[str] = SetOpt,
-    out: Path = typer.Option(None, "--out", help="Checkpoint directory (default: the shipped tiny-warm)."),
+    out: Path = typer.Option(Path("tiny-warm"), "--out", help="Checkpoint directory to write (default: ./tiny-warm; "
+                             "train from it with --set model.path=DIR). The shipped checkpoint is replaced only "
+                             "when named here explicitly."),
     evaluate: bool = typer.Option(True, help="Measure and record the success table after SFT."),
 ) -> None:
     """Build the tiny tokenizer + Qwen3 and warm it up by SFT on synthetic demonstrations
@@ -133,12 +172,11 @@ def warmup(
     import json
 
     from trace_core.config_io import ConfigError, read_yaml_mapping
-    from trace_core.policy.model import TINY_WARM_DIR
     from trace_core.policy.warmup import warm_start
 
     try:
         read_yaml_mapping(config or DEFAULT_CONFIG)  # malformed / binary YAML: one line, not a traceback
-        recipe = warm_start(config or DEFAULT_CONFIG, out or TINY_WARM_DIR, overrides=set_ or [], evaluate=evaluate)
+        recipe = warm_start(config or DEFAULT_CONFIG, out, overrides=set_ or [], evaluate=evaluate)
     except ConfigError as err:
         _fail(err)
     typer.echo(json.dumps({k: recipe.get(k) for k in ("steps_done", "final_loss", "tokens_per_s", "train_s")}))
@@ -150,7 +188,7 @@ def train(
     run_id: str = typer.Option(None, "--run-id", help="Run id; the same id resumes a killed run."),
     home: Path = HomeOpt,
     set_: list[str] = SetOpt,
-    tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow server (default sqlite under --home)."),
+    tracking_uri: str = TrackingOpt,
 ) -> None:
     """The main job: the TRACE training flow on the config (tiny CPU config by default)."""
     from trace_core.nodestore.lock import RunLocked
@@ -163,7 +201,7 @@ def train(
 
     from flows.lifecycle import Interrupted, stop_on_signals, temporary_server
 
-    signum = None
+    signum, own_server = None, not os.environ.get("PREFECT_API_URL")
     try:
         with stop_on_signals(), temporary_server():
             from flows.train import train_flow
@@ -178,18 +216,21 @@ def train(
         typer.secho(f"interrupted by {name}: run stopped; rerun with the same --run-id to resume",
                     fg=typer.colors.RED, err=True)
         raise typer.Exit(128 + signum)
-    typer.echo(summary.get("report", ""))
+    from tracking.run_summary import where_lines
+
+    typer.echo("\n".join(where_lines(summary, temporary_server=own_server)))
 
 
 @app.command()
 def compare(
     config: Path = ConfigOpt,
-    strategies: str = typer.Option("grpo,dapo,pcl,treepo,trace,trace-root,trace-prefix", "--strategies"),
+    strategies: str = typer.Option(STRATEGIES, "--strategies", show_default=False,
+                                   help="Comma-separated strategies (default: all of " + STRATEGIES.replace(",", ", ") + ")."),
     seeds: int = typer.Option(2, "--seeds", min=1, help="Seeds per strategy (confidence intervals over seeds)."),
     home: Path = HomeOpt,
     set_: list[str] = SetOpt,
     run_id: str = typer.Option(None, "--run-id", help="Comparison id (prefix of the child run ids)."),
-    tracking_uri: str = typer.Option(None, "--tracking-uri"),
+    tracking_uri: str = TrackingOpt,
     parallel: int = typer.Option(0, "--parallel", min=0, max=4096,
                                  help="Children trained at once as Ray tasks (0 = one after another)."),
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster for --parallel (default: a local Ray)."),
@@ -242,8 +283,9 @@ def headroom(
 def sql(
     name: str = typer.Argument(None, help="Named query (sql/NAME.sql); omit to list them."),
     run_id: str = typer.Option(None, "--run-id", help="Only this run."),
-    fmt: str = typer.Option("table", "--format", help="table | csv | parquet"),
-    out: Path = typer.Option(None, "--out", help="Output file (parquet needs one)."),
+    fmt: str = typer.Option(None, "--format", help="table | csv | parquet (default: from --out's extension, "
+                            "else table)."),
+    out: Path = typer.Option(None, "--out", help="Output file (parquet needs one; x.parquet / x.csv set the format)."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Query around unreadable shards (each named on stderr)."),
     home: Path = HomeOpt,
 ) -> None:
@@ -260,7 +302,7 @@ def sql(
         logger.addHandler(skipped)
     try:
         text = sql_command(name, run_id=run_id, fmt=fmt, home_dir=home, output=out, skip_bad=skip_bad)
-    except (KeyError, ValueError, OSError) as err:  # CorruptShard is a ValueError: one line, exit 2
+    except (KeyError, ValueError, OSError, LookupError) as err:  # CorruptShard is a ValueError: one line, exit 2
         _fail(err)
     finally:
         for logger in loggers:
@@ -274,6 +316,8 @@ def report(
     run: str = typer.Argument(..., help="Run id (a finished run or one still training)."),
     home: Path = HomeOpt,
     out: Path = typer.Option(None, "--out", help="HTML file to write (default: report-RUN.html here)."),
+    trees: int = typer.Option(3, "--trees", min=0, max=100, help="Rollout trees drawn: the most wasteful ones."),
+    prompt: str = typer.Option(None, "--prompt", help="Draw this prompt's trees instead (its prompt id)."),
 ) -> None:
     """One self-contained HTML page about a run from the store: effective ratio per iteration,
     waste by depth / task / difficulty, allocation histogram, predictor calibration."""
@@ -290,7 +334,7 @@ def report(
     from tracking.html_report import UnknownRun, write_html_report
 
     try:
-        path = write_html_report(home, run, out)
+        path = write_html_report(home, run, out, trees=trees if prompt is None else 100, prompt_id=prompt)
     except (UnknownRun, KeyError, ValueError, OSError) as err:  # CorruptShard is a ValueError
         _fail(err)
     typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")

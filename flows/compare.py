@@ -5,6 +5,7 @@ column, so the named SQL queries compare them."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import polars as pl
@@ -12,7 +13,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows.train import run_name, train_flow
+from flows.train import named_run_id, train_flow
 from tasks.artifacts import name_flow_run, prefect_link_tags
 from trace_core.compare import comparison_markdown, comparison_table
 from trace_core.config import TrainConfig
@@ -74,7 +75,14 @@ def train_child(config: TrainConfig, run_id: str, home: str, tracking_uri: str |
     return run_id
 
 
-@flow(name="trace-compare", log_prints=True, flow_run_name=run_name)
+def compare_run_name() -> str:
+    """The comparison's flow run name: its id (``cmp-<time>`` when none is given), from the start."""
+    from prefect.runtime import flow_run
+
+    return flow_run.get_parameters().get("run_id") or f"cmp-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+@flow(name="trace-compare", log_prints=True, flow_run_name=compare_run_name)
 def compare_flow(config: TrainConfig, strategies: list[str], seeds: int = 1, home: str = ".trace-home",
                  run_id: str | None = None, tracking_uri: str | None = None, parallel: int = 0,
                  ray_address: str | None = None) -> dict:
@@ -86,7 +94,7 @@ def compare_flow(config: TrainConfig, strategies: list[str], seeds: int = 1, hom
     if parallel < 0:
         raise ValueError(f"parallel must be >= 0, got {parallel}")
     base = TrainConfig.model_validate(config)
-    cid = run_id or f"cmp-{time.strftime('%Y%m%d-%H%M%S')}"
+    cid = run_id or named_run_id() or f"cmp-{time.strftime('%Y%m%d-%H%M%S')}"
     if run_id is None:
         name_flow_run(cid)
     log = get_run_logger()
@@ -131,5 +139,7 @@ def compare_flow(config: TrainConfig, strategies: list[str], seeds: int = 1, hom
     parent.log_text(md, "compare.md")
     parent.finish()
     create_markdown_artifact(key=f"compare-{cid}".lower().replace("_", "-")[:100], markdown=md)
-    return {"compare_id": cid, "runs": children, "report": md, "table": table.to_dicts(),
-            "learning": learning}
+    # the same report for a terminal: image links name their directory
+    printed = re.sub(r"!\[([^\]]*)\]\(([^)/]+\.png)\)", lambda m: f"![{m[1]}]({out / m[2]})", md)
+    return {"compare_id": cid, "runs": children, "report": printed, "report_path": str(out / "compare.md"),
+            "table": table.to_dicts(), "learning": learning}

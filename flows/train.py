@@ -16,8 +16,17 @@ import time
 from pathlib import Path
 
 from prefect import flow, get_run_logger
+from prefect import tags as prefect_tags
 
-from tasks.artifacts import name_flow_run, prefect_link_tags, publish_iteration, publish_mlflow_link
+from tasks.artifacts import (
+    iteration_tag,
+    name_flow_run,
+    prefect_link_tags,
+    publish_iteration,
+    publish_mlflow_link,
+    run_tags,
+    tag_flow_run,
+)
 from tasks.stages import StageRunner, stage_tasks
 from trace_core.config import TrainConfig
 from trace_core.config_io import config_hash
@@ -27,7 +36,17 @@ from trace_core.policy.checkpoint import retire_checkpoints
 from trace_core.results import Evaluation, IterationResults, IterationTiming
 from trace_core.run import RunRef, initial_checkpoint, new_run_id
 from trace_core.store import ensure_catalog
-from tracking.run_tracker import RunTracker, evaluation_metrics, wall_metrics
+from tracking.run_tracker import RunTracker, wall_metrics
+
+
+def eval_plan(cfg: TrainConfig) -> str:
+    return f"{cfg.run.eval_tasks} prompts x {cfg.run.eval_samples} samples"
+
+
+def eval_result(ev: Evaluation) -> str:
+    if ev.accuracy is None:
+        return "off (run.eval_tasks = 0)"
+    return f"{ev.accuracy:.1%} over {ev.episodes} episodes in {ev.seconds:.1f} s"
 
 
 def overhead_split(results: IterationResults, accuracy: Evaluation, wall: float) -> IterationTiming:
@@ -37,10 +56,33 @@ def overhead_split(results: IterationResults, accuracy: Evaluation, wall: float)
 
 
 def run_name() -> str:
-    """The flow run's name in the Prefect UI: the run id, the same on every resume."""
+    """The flow run's name in the Prefect UI: the run id, the same on every resume. Without one,
+    the id is made here, before the flow starts, so that the logs and every task run carry it from
+    the first line; the flow then takes its run id from this name (``named_run_id``)."""
     from prefect.runtime import flow_run
 
-    return flow_run.get_parameters().get("run_id") or "new-run"
+    params = flow_run.get_parameters()
+    if params.get("run_id"):
+        return params["run_id"]
+    config = params.get("config")
+    if isinstance(config, TrainConfig):
+        return new_run_id(config)
+    allocation = config.get("allocation") if isinstance(config, dict) else None
+    return new_run_id((allocation or {}).get("strategy") or "run")
+
+
+def named_run_id() -> str | None:
+    """The run id ``run_name`` gave this flow run (None outside a flow run, or for a name that is
+    not a run id)."""
+    from prefect.runtime import flow_run
+
+    from trace_core.run import check_run_id
+
+    name = flow_run.get_name()
+    try:
+        return check_run_id(name) if name else None
+    except ValueError:
+        return None
 
 
 @flow(name="trace-train", log_prints=True, flow_run_name=run_name)
@@ -49,27 +91,33 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
     """Train the policy in ``config`` for ``run.iterations`` iterations. The same ``run_id``
     after a crash resumes from the last finished stage."""
     cfg = TrainConfig.model_validate(config)
-    ref = RunRef(str(Path(home).resolve()), run_id or new_run_id(cfg))
+    ref = RunRef(str(Path(home).resolve()), run_id or named_run_id() or new_run_id(cfg.allocation.strategy))
     if run_id is None:
-        name_flow_run(ref.run_id)
+        name_flow_run(ref.run_id)  # a no-op when run_name made the id
     with hold_run_lock(ref.run_dir), recording_run(  # one writer per run; the run's row in the `runs` view
-            ref.home, ref.run_id, cfg, strategy=cfg.allocation.strategy, seed=cfg.run.seed):
+            ref.home, ref.run_id, cfg, strategy=cfg.allocation.strategy, seed=cfg.run.seed,
+            parent_run_id=parent_tracking_run):  # a compare child names its comparison
         t = stage_tasks(ref.home, timeout=cfg.run.stage_timeout_s)
         log = get_run_logger()
         log.info("run %s  strategy=%s  config=%s  home=%s", ref.run_id, cfg.allocation.strategy, config_hash(cfg), ref.home)
+        tags = run_tags(ref.run_id, cfg)  # on the flow run and every task run, filterable in the UI
+        tag_flow_run(tags)
         tracker = RunTracker(ref, cfg, tracking_uri=tracking_uri, parent=parent_tracking_run,
                              tags=prefect_link_tags())
         ensure_catalog(ref.home)  # DIR/trace.duckdb: analysts can query while training writes shards
 
         checkpoint = initial_checkpoint(cfg)
-        accuracy = before = t.evaluate(cfg, checkpoint)  # its per-cell outcomes: the predictor's first prior
-        tracker.log(evaluation_metrics(accuracy), step=0)
+        log.info("held-out evaluation before training: %s", eval_plan(cfg))
+        with prefect_tags(*tags):
+            accuracy = before = t.evaluate(cfg, checkpoint)  # its per-cell outcomes: the predictor's first prior
+        log.info("held-out accuracy before training: %s", eval_result(before))
+        tracker.log_evaluation(accuracy, trained=0)
         publish_mlflow_link(ref.run_id, tracker.mlflow_link())  # the MLflow run, from the Prefect UI
         history, timings = [], []  # the `iterations` table rows; this process's wall-time splits
         run = StageRunner(log, ref.home)  # a cached stage whose shard or checkpoint is gone is recomputed
         for i in range(cfg.run.iterations):
             t_iter = time.perf_counter()
-            run.next_iteration()
+            run.next_iteration(tags=[*tags, iteration_tag(i)])
             predictor = run(t.refresh_predictor, ref, cfg, i, before)                              # (1)
             roots = run(t.allocate_roots, ref, cfg, i, predictor)                                  # (2)
             raw = run(t.generate_raw_rollouts, ref, cfg, i, checkpoint, roots)                     # (3)
@@ -81,21 +129,26 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
 
             last = i == cfg.run.iterations - 1
             due = last or (cfg.run.eval_every and (i + 1) % cfg.run.eval_every == 0)
+            if due:
+                log.info("held-out evaluation after iter %d: %s", i, eval_plan(cfg))
             accuracy = run(t.evaluate, cfg, checkpoint) if due else Evaluation()
             results = IterationResults(predictor=predictor, roots=roots, raw=raw, prefixes=prefixes,
                                        extensions=extensions, verified=verified, update=update)
             row = run(t.record_iteration, ref, cfg, i, results, accuracy, before if i == 0 else None)
             publish_iteration(ref, cfg, i, results, row)
-            tracker.log_iteration(i, results, row)
+            tracker.log_iteration(i, results, row)  # step = iteration, as in the store
+            tracker.log_evaluation(accuracy, trained=i + 1)
             timing = overhead_split(results, accuracy, time.perf_counter() - t_iter)
-            tracker.log(wall_metrics(timing), step=i + 1, group="wall")
+            tracker.log(wall_metrics(timing), step=i, group="wall")
             history.append(row)
             timings.append(timing)
             scored = {r["iteration"]: r.get("accuracy") for r in history}  # retention: newest N + best
             retire_checkpoints(ref.run_dir / "checkpoints", scored, cfg.run.keep_checkpoints, cfg.run.keep_best_checkpoint)
         report = tracker.finish(history, checkpoint=checkpoint)
         return {"run_id": ref.run_id, "home": ref.home, "checkpoint": checkpoint, "iterations": history,
-                "timings": timings, "report": report, "recomputed": run.recomputed}
+                "timings": timings, "report": report, "recomputed": run.recomputed,
+                "accuracy_before": before.accuracy, "mlflow": tracker.mlflow_link(),
+                "report_path": str(ref.artifacts_dir / "report.md")}
 
 
 @flow(name="trace-train-scheduled", log_prints=True, flow_run_name=run_name)
@@ -107,6 +160,6 @@ def scheduled_train(config_path: str = "configs/tiny.yaml", overrides: list[str]
 
     cfg = load_train_config(config_path, overrides or [])
     if run_id is None:  # named now, so that the training subflow carries the same name
-        run_id = new_run_id(cfg)
+        run_id = new_run_id(cfg.allocation.strategy)
         name_flow_run(run_id)
     return train_flow(cfg, run_id=run_id, home=home, tracking_uri=tracking_uri)

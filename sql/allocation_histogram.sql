@@ -2,7 +2,7 @@
 WITH scoped AS (
     SELECT run_id, m_alloc
     FROM prompts
-    WHERE $run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR
+    WHERE ($run_id::VARCHAR IS NULL OR run_id IN (SELECT run_id FROM run_scope($run_id::VARCHAR)))
 )
 
 SELECT

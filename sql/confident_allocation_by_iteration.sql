@@ -4,7 +4,8 @@
 WITH scoped AS (
     SELECT run_id, iteration, v_pred, m_alloc, n_success, n_total
     FROM prompts
-    WHERE ($run_id::VARCHAR IS NULL OR run_id = $run_id::VARCHAR) AND m_alloc > 0
+    WHERE ($run_id::VARCHAR IS NULL OR run_id IN (SELECT run_id FROM run_scope($run_id::VARCHAR)))
+        AND m_alloc > 0
 )
 
 SELECT

@@ -127,12 +127,18 @@ SELECT
     t.origin, t.anchor_id, t.anchor_depth, t.reward, t.turns, t.tokens,
     g.group_size,
     g.contrastive OR c.trajectory_id IS NOT NULL AS effective,
-    NOT (g.contrastive OR c.trajectory_id IS NOT NULL) AS wasted
+    NOT (g.contrastive OR c.trajectory_id IS NOT NULL) AS wasted,
+    o.owner_id AS branched_from,  -- a continuation: the raw trajectory through its anchor
+    CASE WHEN o.owner_id IS NOT NULL THEN t.reward IS DISTINCT FROM ow.reward END AS flipped  -- reward differs from it
 FROM per_trajectory AS t
 INNER JOIN anchor_groups AS g
     ON g.run_id = t.run_id AND g.iteration = t.iteration AND g.anchor_id = t.anchor_id
 LEFT JOIN credited AS c
-    ON c.run_id = t.run_id AND c.iteration = t.iteration AND c.trajectory_id = t.trajectory_id;
+    ON c.run_id = t.run_id AND c.iteration = t.iteration AND c.trajectory_id = t.trajectory_id
+LEFT JOIN anchor_owners AS o
+    ON o.run_id = t.run_id AND o.iteration = t.iteration AND o.anchor_id = t.anchor_id
+LEFT JOIN per_trajectory AS ow
+    ON ow.run_id = o.run_id AND ow.iteration = o.iteration AND ow.trajectory_id = o.owner_id;
 
 -- One row per sampling group, the unit the named queries count in (far cheaper than the
 -- per-trajectory view over millions of nodes; the same definitions, checked against it in
@@ -141,7 +147,10 @@ LEFT JOIN credited AS c
 --     anchor_id NULL, anchor_depth 0;
 --   * extension groups: the continuations from one prefix node plus the raw rollout through it.
 -- trajectories / tokens / successes count the group's own generated trajectories (the owner of
--- an extension group is counted in its raw group). contrastive: rewards in the group differ.
+-- an extension group is counted in its raw group, so sums over groups count each trajectory once);
+-- group_size / group_successes count the whole group, the raw trajectory an extension group
+-- branches from (owner_trajectory_id, owner_reward) included; flips: continuations whose reward
+-- differs from the owner's. contrastive: rewards in the group differ.
 -- effective / effective_tokens: the group's own trajectories that are effective (trajectories
 -- view): all of them in a contrastive group; in a zero-contrast raw group, the raw rollouts that
 -- own a contrastive branch group.
@@ -188,6 +197,7 @@ extension_groups AS (
         a.*,
         o.root_id,
         o.tokens AS owner_tokens,
+        o.reward AS owner_reward,
         coalesce(greatest(a.max_reward, o.reward) > least(a.min_reward, o.reward), false) AS contrastive
     FROM anchored AS a
     LEFT JOIN owners AS o ON o.run_id = a.run_id AND o.iteration = a.iteration AND o.owner_id = a.owner_id
@@ -209,7 +219,9 @@ SELECT
     NULL::VARCHAR AS anchor_id, 0 AS anchor_depth, g.trajectories, g.tokens, g.successes,
     coalesce(g.max_reward > g.min_reward, false) AS contrastive,
     CASE WHEN g.max_reward > g.min_reward THEN g.trajectories ELSE coalesce(c.trajectories, 0) END AS effective,
-    CASE WHEN g.max_reward > g.min_reward THEN g.tokens ELSE coalesce(c.tokens, 0) END::BIGINT AS effective_tokens
+    CASE WHEN g.max_reward > g.min_reward THEN g.tokens ELSE coalesce(c.tokens, 0) END::BIGINT AS effective_tokens,
+    NULL::VARCHAR AS owner_trajectory_id, NULL::DOUBLE AS owner_reward, g.trajectories AS group_size,
+    g.successes AS group_successes, NULL::BIGINT AS flips
 FROM anchored AS g
 LEFT JOIN credit AS c ON c.run_id = g.run_id AND c.iteration = g.iteration AND c.root_id = g.anchor_id
 WHERE g.owner_id IS NULL
@@ -218,8 +230,19 @@ SELECT
     run_id, strategy, iteration, prompt_id, task, difficulty, 'extension' AS origin,
     anchor_id, anchor_depth, trajectories, tokens, successes, contrastive,
     CASE WHEN contrastive THEN trajectories ELSE 0 END AS effective,
-    CASE WHEN contrastive THEN tokens ELSE 0 END::BIGINT AS effective_tokens
+    CASE WHEN contrastive THEN tokens ELSE 0 END::BIGINT AS effective_tokens,
+    owner_id AS owner_trajectory_id, owner_reward, trajectories + 1 AS group_size,
+    successes + owner_reward AS group_successes,
+    -- continuations whose (0/1) reward differs from the raw trajectory's
+    CASE WHEN owner_reward >= 1 THEN trajectories - successes ELSE successes END::BIGINT AS flips
 FROM extension_groups;
+
+-- The run ids a named query's --run-id selects: that run and, for a comparison id, its children
+-- (runs.parent_run_id). Queries test `$run_id IS NULL OR run_id IN (SELECT run_id FROM run_scope(...))`.
+CREATE OR REPLACE MACRO run_scope(run_filter) AS TABLE
+SELECT run_filter AS run_id
+UNION
+SELECT run_id FROM runs WHERE parent_run_id = run_filter;
 
 -- The trajectory_groups of one run, or of every run when run_filter is NULL: the scope every
 -- named query over groups starts from, written once (`FROM scoped_groups($run_id::VARCHAR)`).
@@ -227,12 +250,14 @@ FROM extension_groups;
 CREATE OR REPLACE MACRO scoped_groups(run_filter) AS TABLE
 SELECT *
 FROM trajectory_groups
-WHERE run_filter IS NULL OR run_id = run_filter;
+WHERE run_filter IS NULL OR run_id = run_filter
+    OR run_id IN (SELECT run_id FROM runs WHERE parent_run_id = run_filter);
 
 -- The predictions of one run (every run when run_filter is NULL) whose outcome is known, a
 -- missing weight counting as one outcome: what the predictor-quality queries score.
 CREATE OR REPLACE MACRO scored_predictions(run_filter) AS TABLE
 SELECT * REPLACE (coalesce(weight, 1.0) AS weight)
 FROM predictions
-WHERE (run_filter IS NULL OR run_id = run_filter)
+WHERE (run_filter IS NULL OR run_id = run_filter
+        OR run_id IN (SELECT run_id FROM runs WHERE parent_run_id = run_filter))
     AND v_pred IS NOT NULL AND outcome IS NOT NULL;

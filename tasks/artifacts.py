@@ -40,7 +40,8 @@ def allocation_summary(prompts: pl.DataFrame) -> list[dict]:
     """Per (task, difficulty): candidates, chosen, rollouts, mean predicted v, successes."""
     g = (prompts.group_by("task", "difficulty")
          .agg(pl.len().alias("candidates"), (pl.col("m_alloc") > 0).sum().alias("chosen"),
-              pl.col("m_alloc").sum().alias("rollouts"), pl.col("v_pred").mean().round(3).alias("mean_v_pred"),
+              pl.col("m_alloc").sum().alias("rollouts"),
+              pl.col("v_pred").cast(pl.Float64).mean().round(3).alias("mean_v_pred"),  # float32 prints 0.7279999852
               pl.col("n_success").sum().alias("successes"))
          .sort("task", "difficulty"))
     return g.to_dicts()
@@ -83,6 +84,30 @@ def prefect_link_tags() -> dict[str, str]:
             url := url_for("flow-run", obj_id=run_id)):
         tags["prefect.flow_run_url"] = url
     return tags
+
+
+def run_tags(run_id: str, cfg: TrainConfig) -> list[str]:
+    """Prefect tags of a training run's flow run and of all its task runs: run id, strategy and
+    config hash (filterable in the Prefect UI); task runs add ``iteration:N`` (``iteration_tag``)."""
+    from trace_core.config_io import config_hash
+
+    return [f"run:{run_id}", f"strategy:{cfg.allocation.strategy}", f"config:{config_hash(cfg)}"]
+
+
+def iteration_tag(i: int) -> str:
+    return f"iteration:{i}"
+
+
+def tag_flow_run(tags: list[str]) -> None:
+    """Add ``tags`` to the current flow run (a flow's decorator tags are fixed; these are the run's)."""
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+
+    if (run_id := flow_run.get_id()) is None:
+        return
+    with get_client(sync_client=True) as client:
+        current = client.read_flow_run(run_id).tags or []
+        client.update_flow_run(run_id, tags=sorted(set(current) | set(tags)))
 
 
 def name_flow_run(name: str) -> None:

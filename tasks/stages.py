@@ -171,11 +171,15 @@ class StageRunner:
         self.home = home  # replayed records written under another home are re-rooted here
         self.refreshing = False
         self.recomputed: list[str] = []  # one line per stage recomputed for a lost output
+        self.tags: list[str] = []  # Prefect tags of the task runs (run, strategy, config, iteration)
 
-    def next_iteration(self) -> None:
+    def next_iteration(self, tags: list[str] | None = None) -> None:
         self.refreshing = False
+        self.tags = list(tags or [])
 
     def __call__(self, task: Task, *args: Any) -> Any:
+        if self.tags:  # tags are not part of the cache key: a resume still replays
+            task = task.with_options(tags=set(self.tags))
         if self.refreshing:
             return task.with_options(refresh_cache=True)(*args)
         record = task(*args)

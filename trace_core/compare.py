@@ -58,12 +58,18 @@ def comparison_table(iterations: pl.DataFrame, order: list[str] | None = None) -
     return pl.DataFrame(rows)
 
 
+def _num(v: float) -> str:
+    """One style for counts and rates: whole numbers with thousands separators from 100 up
+    (``2,040``), two decimals below (``3.91``); never scientific notation."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+
+
 def _fmt(v, ci, pct: bool) -> str:
     if v is None:
         return "–"
-    s = f"{100 * v:.1f}%" if pct else f"{v:.3g}"
+    s = f"{100 * v:.1f}%" if pct else _num(v)
     if ci == ci and ci is not None:  # not NaN
-        s += f" ± {100 * ci:.1f}" if pct else f" ± {ci:.2g}"
+        s += f" ± {100 * ci:.1f}" if pct else f" ± {_num(ci)}"
     return s
 
 

@@ -131,6 +131,7 @@ class UpdateStats(BaseModel):
     clip_frac: float | None = None  # share of loss tokens whose ratio was clipped
     approx_kl_old: float | None = None  # k3 KL(old ‖ new) per loss token
     kl: float | None = None  # k3 KL(π ‖ π_ref) per loss token
+    entropy: float | None = None  # mean -log π of the loss tokens under the policy being updated (entropy estimate)
     grad_norm: float | None = None  # mean pre-clip gradient norm per step
     loss_tokens: float | None = None  # loss tokens per epoch
     seconds: float | None = None  # the update's own wall seconds

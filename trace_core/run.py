@@ -72,8 +72,10 @@ def run_dir(home: str | Path, run_id: str) -> Path:
     return RunRef(str(home), run_id).run_dir
 
 
-def new_run_id(cfg: TrainConfig) -> str:
-    return f"{cfg.allocation.strategy}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+def new_run_id(strategy: TrainConfig | str) -> str:
+    """A fresh run id: ``<strategy>-<UTC-less local time>-<6 hex>`` (a config gives its strategy)."""
+    name = strategy if isinstance(strategy, str) else strategy.allocation.strategy
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
 def iteration_seed(cfg: TrainConfig, iteration: int, stage: str) -> int:
@@ -97,6 +99,10 @@ def initial_checkpoint(cfg: TrainConfig) -> str:
 
     path = Path(cfg.model.path) if cfg.model.path else TINY_WARM_DIR
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no model at {path}: set model.path to a local HF model directory, "
-                                "or run `trace-rl warmup` to rebuild the tiny checkpoint")
+        what = "no directory" if not path.exists() else "no config.json in it"
+        if cfg.model.path:
+            raise FileNotFoundError(f"model.path {path}: {what}; set model.path to a local Hugging Face model "
+                                    "directory (config.json, weights, tokenizer)")
+        raise FileNotFoundError(f"no shipped model at {path} ({what}): rebuild it with "
+                                f"`trace-rl warmup --out {path}`, or set model.path")
     return str(path)

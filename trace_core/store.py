@@ -26,12 +26,23 @@ import duckdb
 import polars as pl
 
 from trace_core.nodestore import objstore
-from trace_core.nodestore.layout import GLOB_CHARS, SCHEMA_SHARD, check_home_path, table_glob, table_shards
+from trace_core.nodestore.layout import (
+    GLOB_CHARS,
+    SCHEMA_SHARD,
+    TABLES,
+    check_home_path,
+    table_glob,
+    table_shards,
+)
 from trace_core.nodestore.shards import CorruptShard, bad_shards, ensure_schema_shards
 
 log = logging.getLogger(__name__)
 
 CATALOG_FILE = "trace.duckdb"
+# The catalogue file's storage format: the oldest DuckDB 1.x format, so that the DuckDB CLI users
+# install (PyPI's duckdb-cli 1.5.6 reads storage versions 64-68; this library writes 69 by default)
+# and older Python clients open it. It holds only views and a stamp: no newer format feature is used.
+CATALOG_STORAGE_VERSION = "v1.0.0"
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -67,9 +78,31 @@ def schema_sql(home_dir: str | Path | None = None, exclude: Collection[Path] = (
     return text
 
 
+# A table's view in schema.sql: its empty schema shard unioned with the hive-partitioned glob of
+# its data shards, which may match nothing yet (allow_empty: DuckDB 2 only).
+_TABLE_VIEW = re.compile(
+    r"SELECT \* FROM read_parquet\('(?P<dir>[^']*/shards/(?P<table>\w+))/_schema\.parquet'\)\s*"
+    r"UNION ALL BY NAME\s*SELECT \* FROM read_parquet\('(?P=dir)/[^']*\.parquet', hive_partitioning = true,"
+    r"\s*hive_types = \{[^}]*\}, union_by_name = true, allow_empty = true\)")
+
+
+def catalog_sql(home_dir: str | Path) -> str:
+    """The DDL of the catalogue file: ``schema_sql(home_dir)`` with each table's view in a form
+    DuckDB 1.x reads too (the CLI users install): one glob over the table's directory, which always
+    matches its schema shard, read without hive partitioning (every shard also stores its
+    ``run_id`` and ``iteration`` columns). It answers the same; only Python queries (``query``)
+    skip the other runs' files before reading them."""
+    text, n = _TABLE_VIEW.subn(lambda m: f"SELECT * FROM read_parquet('{m['dir']}/**/*.parquet', "
+                                         "hive_partitioning = false, union_by_name = true)", schema_sql(home_dir))
+    if n != len(TABLES):
+        raise RuntimeError(f"sql/schema.sql: {n} table views in the expected form, {len(TABLES)} tables")
+    return text
+
+
 def schema_sha(home_dir: str | Path | None = None) -> str:
-    """Version of the views: the schema text and the home it points at (a moved home rebuilds)."""
-    return hashlib.sha256(schema_sql(home_dir).encode()).hexdigest()[:16]
+    """Version of the views: the schema text and the home it points at (a moved home rebuilds),
+    and the catalogue file's storage format."""
+    return hashlib.sha256((CATALOG_STORAGE_VERSION + schema_sql(home_dir)).encode()).hexdigest()[:16]
 
 
 def catalog_path(home_dir: str | Path) -> Path:
@@ -83,7 +116,7 @@ def _config(home_dir: Path) -> dict:
 
 
 def _apply_schema(con: duckdb.DuckDBPyConnection, home: Path) -> None:
-    con.execute(schema_sql(home))
+    con.execute(catalog_sql(home))
 
 
 def connect(home_dir: str | Path, exclude: Collection[Path] = ()) -> duckdb.DuckDBPyConnection:
@@ -134,13 +167,30 @@ def ensure_catalog(home_dir: str | Path) -> bool:
     try:
         if path.exists() and _stamp_of(path, home) == schema_sha(home):
             return True
-        with duckdb.connect(str(path), config=_config(home)) as con:
-            _apply_schema(con, home)
-            _stamp(con, home)
+        _write_catalog(path, home)
         return True
     except (duckdb.IOException, duckdb.ConnectionException) as err:
         warnings.warn(f"catalogue {path} is busy, left as it is: {err}", RuntimeWarning, stacklevel=2)
         return False
+
+
+def _write_catalog(path: Path, home: Path) -> None:
+    """Build the catalogue in a temporary file of the old storage format, then rename it into
+    place: a reader sees the old catalogue or the new one, and an existing file written in a newer
+    format is replaced rather than kept (DuckDB never downgrades a file in place)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        with duckdb.connect(str(tmp), config={**_config(home), "storage_compatibility_version": CATALOG_STORAGE_VERSION}
+                            ) as con:
+            _apply_schema(con, home)
+            _stamp(con, home)
+        if path.exists():  # held open by another process: the connect raises and the old file stays
+            duckdb.connect(str(path), config=_config(home)).close()
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
 
 
 def open_catalog(home_dir: str | Path, read_only: bool = True) -> duckdb.DuckDBPyConnection:
@@ -151,11 +201,7 @@ def open_catalog(home_dir: str | Path, read_only: bool = True) -> duckdb.DuckDBP
     """
     home = Path(home_dir)
     ensure_catalog(home)
-    con = duckdb.connect(str(catalog_path(home)), read_only=read_only, config=_config(home))
-    if not read_only:
-        _apply_schema(con, home)
-        _stamp(con, home)
-    return con
+    return duckdb.connect(str(catalog_path(home)), read_only=read_only, config=_config(home))
 
 
 def statement_params(sql: str) -> list[str]:

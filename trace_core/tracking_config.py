@@ -27,6 +27,9 @@ class TrackingConfig(BaseModel):
     log_model: bool = Field(
         True, description="Log the final checkpoint (weights, tokenizer, the run's config) as the run's MLflow "
         "model 'policy' (a pyfunc model from code: tracking/policy_model.py).")
+    trace_samples: int = Field(
+        8, ge=0, le=10_000, description="Trajectories per iteration logged as MLflow traces (a span per agent turn, "
+        "the reward as the trace's assessment), drawn with the run's seed; 0 = none.")
     registered_model_name: str | None = Field(
         None, min_length=1, max_length=256,
         description="Register the logged model under this name in the MLflow model registry (None = not registered).")

@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from trace_core.nodestore.queries import run_named_query
+from trace_core.store import query, sql_dir
 from tracking.plots import (
     plot_accuracy,
     plot_allocation_histogram,
@@ -25,6 +26,8 @@ from tracking.plots import (
     plot_effective_ratio,
     plot_waste,
 )
+from tracking.plots_compare import plot_effective_by_iteration
+from tracking.tree_view import TREE_CSS, render_trees, tree_nodes
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1f2328; background: #f6f8fa; }
@@ -102,8 +105,9 @@ def _cards(by_it: pl.DataFrame, iterations: pl.DataFrame) -> str:
 
 
 def check_run(home: Path, run_id: str, iterations: pl.DataFrame) -> None:
-    """``UnknownRun`` (one line, naming the runs the home holds) unless ``run_id`` is known."""
-    if iterations.height or (home / "runs" / run_id).is_dir():
+    """``UnknownRun`` (one line, naming the runs the home holds) unless ``run_id`` is known: it has
+    recorded iterations, or a runs row (a run still in its first iteration)."""
+    if iterations.height or (home / "shards" / "runs" / f"run_id={run_id}").is_dir():
         return
     known = sorted(run_named_query(home, "iteration_summary")["run_id"].unique().to_list())
     shown = ", ".join(known[:20]) + (f" (+{len(known) - 20} more)" if len(known) > 20 else "")
@@ -111,9 +115,62 @@ def check_run(home: Path, run_id: str, iterations: pl.DataFrame) -> None:
                                                                   if known else "no run has recorded an iteration"))
 
 
-def render_html_report(home_dir: str | Path, run_id: str) -> str:
-    """The report page of ``run_id`` (a finished run or one still training) as one HTML string."""
+def _page(title: str, subtitle: str, body: list[str]) -> str:
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title><style>{CSS}{TREE_CSS}</style></head><body>",
+        f"<header><h1>{html.escape(title)}</h1><p>{subtitle}</p></header><main>", *body, "</main></body></html>", ""])
+
+
+def comparison_children(home: Path, compare_id: str) -> pl.DataFrame:
+    """The runs a comparison trained (``runs.parent_run_id``); empty for an ordinary run."""
+    text = (sql_dir() / "catalog" / "comparison_children.sql").read_text()
+    return query(home, text, {"run_id": compare_id})
+
+
+TREE_NOTE = ("Each tree: the prompt's root (m rollouts, predicted V̂), every agent turn (action → observation), "
+             "branch points with the continuations bought there (K), the predicted V̂ and flip probability against "
+             "the flips that happened, each leaf's reward and reason; continuations are marked blue.")
+
+
+def _tree_section(home: Path, run_id: str, trees: int, prompt_id: str | None, title: str = "Rollout trees") -> str:
+    blocks = render_trees(tree_nodes(home, run_id, trees=trees, prompt_id=prompt_id))
+    which = f"prompt {html.escape(prompt_id)}" if prompt_id else f"the {trees} most wasteful (iteration, prompt) trees"
+    body = "".join(blocks) or '<p class="none">no trees</p>'
+    return (f'<section class="trees" id="trees"><h2>{html.escape(title)}</h2><p>{which}. {TREE_NOTE} '
+            f"<code>trace-rl report {html.escape(run_id)} --trees N --prompt ID</code></p>{body}</section>")
+
+
+def render_comparison_report(home: Path, compare_id: str, children: pl.DataFrame) -> str:
+    """The page of a comparison id: its children side by side (strategy table, effective ratio and
+    accuracy per iteration, one row per child and iteration)."""
+    q = {name: run_named_query(home, name, run_id=compare_id) for name in (
+        "effective_ratio_by_strategy", "iteration_summary", "wasted_by_iteration", "budget_by_depth")}
+    its = q["iteration_summary"]
+    sections = [
+        _section("Strategies", ["effective_ratio_by_strategy"], compare_id,
+                 [_png(lambda b: plot_effective_by_iteration(its, b))] if its.height else [],
+                 [html_table(q["effective_ratio_by_strategy"])], "Pooled over the comparison's seeds."),
+        _section("Child runs", [], compare_id, [], [html_table(children, drop=())]),
+        _section("Iterations of every child", ["iteration_summary"], compare_id, [],
+                 [html_table(its.drop("timings"), max_rows=400, drop=())]),
+        _section("Waste by iteration", ["wasted_by_iteration"], compare_id, [],
+                 [html_table(q["wasted_by_iteration"], max_rows=400, drop=())]),
+        *[_tree_section(home, child, 1, None, f"Most wasteful tree of {child} ({strategy})")
+          for child, strategy in children.select("run_id", "strategy").iter_rows()],
+    ]
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return _page(f"trace-rl comparison: {compare_id}",
+                 f"{children.height} runs · home {html.escape(str(home.resolve()))} · written {stamp}", sections)
+
+
+def render_html_report(home_dir: str | Path, run_id: str, *, trees: int = 3, prompt_id: str | None = None) -> str:
+    """The report page of ``run_id`` (a finished run or one still training) as one HTML string;
+    for a comparison id, the comparison's page. ``trees`` / ``prompt_id``: the rollout trees drawn."""
     home = Path(home_dir)
+    if (children := comparison_children(home, run_id)).height:
+        return render_comparison_report(home, run_id, children)
     q = {name: run_named_query(home, name, run_id=run_id) for name in (
         "iteration_summary", "wasted_by_iteration", "wasted_by_depth", "wasted_by_task", "wasted_by_difficulty",
         "allocation_histogram", "predictor_calibration_bins", "predictor_scores_by_iteration", "top_wasted_prompts")}
@@ -146,22 +203,18 @@ def render_html_report(home_dir: str | Path, run_id: str) -> str:
                  [html_table(q["predictor_calibration_bins"]), html_table(q["predictor_scores_by_iteration"])],
                  "Predictions made before the outcome, in ten bins of predicted success."),
         _section("Top wasted prompts", ["top_wasted_prompts"], run_id, [], [html_table(q["top_wasted_prompts"])]),
+        _tree_section(home, run_id, trees, prompt_id),
     ]
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    title = f"trace-rl report: {run_id}"
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
-        f"<header><h1>{html.escape(title)}</h1><p>strategy {html.escape(str(strategy))} · home "
-        f"{html.escape(str(home.resolve()))} · written {stamp}</p></header><main>",
-        _cards(by_it, its), *sections, "</main></body></html>", ""])
+    return _page(f"trace-rl report: {run_id}", f"strategy {html.escape(str(strategy))} · home "
+                 f"{html.escape(str(home.resolve()))} · written {stamp}", [_cards(by_it, its), *sections])
 
 
-def write_html_report(home_dir: str | Path, run_id: str, out: str | Path) -> Path:
+def write_html_report(home_dir: str | Path, run_id: str, out: str | Path, *, trees: int = 3,
+                      prompt_id: str | None = None) -> Path:
     """Write the report page to ``out`` (atomically: a temporary sibling, then renamed)."""
     out = Path(out)
-    page = render_html_report(home_dir, run_id)
+    page = render_html_report(home_dir, run_id, trees=trees, prompt_id=prompt_id)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(out)

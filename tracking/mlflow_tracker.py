@@ -178,6 +178,12 @@ class Tracker:
                    "config": str(Path(config_path).resolve()), "registered_model_name": registered_model_name,
                    "run": self.run_id, "source": source})
 
+    def log_traces(self, nodes: str | Path, *, cap: int, seed: int) -> None:
+        """Up to ``cap`` trajectories of the node shard ``nodes`` as MLflow traces of this run
+        (``tracking.traces``; the shard must still exist when the record is sent)."""
+        if cap > 0:
+            self._put({"op": "traces", "nodes": str(Path(nodes).resolve()), "cap": int(cap), "seed": int(seed)})
+
     @property
     def mlflow_run_id(self) -> str | None:
         return self._mlflow_run_id or self._saved_run_id()
@@ -386,6 +392,10 @@ class Tracker:
             from tracking.registry import send_datasets
 
             send_datasets(self._client, rid, op["datasets"])
+        elif kind == "traces":
+            from tracking.traces import send_traces
+
+            send_traces(self.tracking_uri, rid, self.experiment_id, op)
         elif kind == "model":
             from tracking.registry import send_model
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -103,10 +104,16 @@ def send_model(tracking_uri: str, run_id: str, op: dict[str, Any]) -> str:
 
     signature = infer_signature(["What is 3 + 4?"], ["<answer>7</answer>"], params={"max_new_tokens": 64})
     mlflow.set_tracking_uri(tracking_uri)
-    with mlflow.start_run(run_id=run_id):  # the tracker terminates the run right after this record
+    # the tracker ends the run after this record; the signature is given explicitly, and an input
+    # example would load and run the policy: MLflow's warning about it is dropped (recorded, since
+    # MLflow's own "once" filter overrides an "ignore"), any other passed on
+    with mlflow.start_run(run_id=run_id), warnings.catch_warnings(record=True) as caught:
         info = mlflow.pyfunc.log_model(
             name="policy", python_model=str(MODEL_CODE),
             artifacts={"checkpoint": op["checkpoint"], "config": op["config"]},
             registered_model_name=op.get("registered_model_name"), pip_requirements=PIP_REQUIREMENTS, signature=signature,
             metadata={"trace_rl_run_id": op.get("run", ""), "checkpoint": op.get("source", "")})
+    for w in caught:
+        if "An input example was not provided" not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return info.model_uri

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,18 +58,33 @@ def _headline(home_dir: Path, run_id: str) -> list[str]:
     ]
 
 
+def stage_seconds(iterations: pl.DataFrame) -> pl.DataFrame:
+    """The ``timings`` JSON of ``iteration_summary`` as one column of seconds per stage."""
+    if not iterations.height or "timings" not in iterations.columns:
+        return pl.DataFrame()
+    rows = [{"iteration": i, **json.loads(t)} for i, t in zip(iterations["iteration"], iterations["timings"], strict=True)
+            if t]
+    return pl.DataFrame(rows).with_columns(pl.exclude("iteration").round(2)) if rows else pl.DataFrame()
+
+
 def render_run_report(home_dir: str | Path, run_id: str, *, plots: list[Path] | None = None,
                       report_dir: Path | None = None) -> str:
-    """Markdown summary of a run from the store; plot links are relative to ``report_dir``."""
+    """Markdown summary of a run from the store. Markdown viewers (MLflow's artifact view among
+    them) do not show a relative image, so the plots are named, not linked: ``report.html`` beside
+    this file is the same report with the plots embedded."""
     home = Path(home_dir)
     parts = [f"# Run report: {run_id}", "", *_headline(home, run_id), ""]
-    for path in plots or []:
-        rel = path.relative_to(report_dir) if report_dir and path.is_relative_to(report_dir) else path
-        parts += [f"![{path.stem}]({rel.as_posix()})", ""]
+    if plots:
+        names = ", ".join(f"`{(p.relative_to(report_dir) if report_dir and p.is_relative_to(report_dir) else p).as_posix()}`"
+                          for p in plots)
+        parts += [f"Plots: {names}; with the plots in the page: `report.html` (`trace-rl report {run_id}`).", ""]
     for heading, name, max_rows in _SECTIONS:
         frame = run_named_query(home, name, run_id=run_id)
+        shown = frame.drop("timings") if "timings" in frame.columns else frame
         parts += [f"## {heading}", "", f"`trace-rl sql {name} --run-id {run_id}`", "",
-                  markdown_table(frame, max_rows), ""]
+                  markdown_table(shown, max_rows), ""]
+        if name == "iteration_summary" and (secs := stage_seconds(frame)).height:
+            parts += ["Seconds per stage:", "", markdown_table(secs, max_rows), ""]
     return "\n".join(parts)
 
 
@@ -86,4 +102,9 @@ def publish_run_artifacts(tracker: Tracker, config: BaseModel | Mapping[str, Any
     files += plots
     report = render_run_report(tracker.home_dir, tracker.run_id, plots=plots, report_dir=out)
     files.append(tracker.log_text(report, "report.md"))
+    from tracking.html_report import write_html_report  # MLflow's artifact view renders an HTML file
+
+    page = write_html_report(tracker.home_dir, tracker.run_id, out / "report.html")
+    tracker.log_artifact(page)
+    files.append(page)
     return files

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from trace_core.config import TrainConfig
+from trace_core.nodestore.shards import read_shard
+from trace_core.policy.config import checkpoint_sizes
 from trace_core.results import Evaluation, IterationResults, IterationTiming
-from trace_core.run import RunRef
+from trace_core.rollout_stats import rollout_metrics
+from trace_core.run import RunRef, initial_checkpoint
 from tracking.links import git_state, mlflow_run_url
 from tracking.mlflow_tracker import Tracker
 from tracking.registry import dataset_records, model_files
@@ -24,9 +29,12 @@ def accuracy_metrics(columns: dict) -> dict[str, float]:
 
 
 def evaluation_metrics(accuracy: Evaluation) -> dict[str, float]:
-    """A held-out evaluation: accuracy overall and per family, and its wall seconds."""
+    """A held-out evaluation: accuracy overall and per family (and the training probe's). Logged
+    at the step of the ``evaluations`` view: the number of iterations the policy has been trained
+    (0 = before training), i.e. the step of the iteration whose rollouts that policy generates.
+    Its wall seconds are the iteration's (``wall_metrics``)."""
     probe = {} if accuracy.probe_accuracy is None else {"accuracy/probe": accuracy.probe_accuracy}
-    return accuracy_metrics(accuracy.columns()) | probe | {"time/evaluate_s": accuracy.seconds}
+    return accuracy_metrics(accuracy.columns()) | probe
 
 
 def wall_metrics(timing: IterationTiming) -> dict[str, float]:
@@ -40,7 +48,8 @@ def wall_metrics(timing: IterationTiming) -> dict[str, float]:
 def iteration_metrics(results: IterationResults, row: dict) -> dict[str, float]:
     """The per-iteration metrics, grouped by ``/`` in the MLflow UI: ``effective/`` (ratio, waste),
     ``reward/``, ``budget/`` (trajectories asked / used, tokens, branching), ``accuracy/``,
-    ``predictor/`` (fit, prospective Brier / AUC / ECE), ``update/`` and ``time/`` (stage seconds)."""
+    ``predictor/`` (fit, prospective Brier / AUC / ECE), ``update/`` and ``time/`` (stage seconds).
+    Accuracy is not among them: it is logged per evaluation (``evaluation_metrics``)."""
     ver, fit = results.verified, results.predictor.fit
     out = {"effective/ratio": ver.effective_ratio, "effective/wasted_share": ver.wasted_share,
            "effective/wasted": ver.wasted, "effective/per_1k_tokens": ver.effective_per_1k_tokens,
@@ -52,10 +61,19 @@ def iteration_metrics(results: IterationResults, row: dict) -> dict[str, float]:
            "time/raw_tokens_per_s": results.raw.tokens_per_s,
            "predictor/train_loss": fit.train_loss, "predictor/labelled": fit.n_labelled}
     out.update({f"update/{k}": v for k, v in results.update.stats.metrics().items()})
-    out.update(accuracy_metrics(row))
     out.update({f"time/{k}_s": v for k, v in results.stage_seconds().items()})
     out.update({_predictor_key(k): v for k, v in ver.predictor_metrics.items()})
     return out
+
+
+def trained_params(cfg: TrainConfig) -> dict:
+    """The config as MLflow params, its ``model`` section describing the model actually trained:
+    the directory it loads from and the sizes that checkpoint's ``config.json`` states (the size
+    fields only shape a model built from scratch by ``trace-rl warmup``)."""
+    params = cfg.model_dump(mode="json")
+    path = initial_checkpoint(cfg)
+    params["model"] = {**params["model"], **checkpoint_sizes(path), "path": path}
+    return params
 
 
 class RunTracker:
@@ -71,7 +89,7 @@ class RunTracker:
                                tags={"trace_rl.strategy": cfg.allocation.strategy})
         # set on every session (a resume may run other code, from another Prefect flow run)
         self.tracker.set_tags({**git_state(), **(tags or {})})
-        self.tracker.log_params(cfg.model_dump(mode="json"))
+        self.tracker.log_params(trained_params(cfg))
         if cfg.data.enabled:  # the data files, with their digests
             self.tracker.log_inputs(dataset_records(cfg))
 
@@ -97,7 +115,33 @@ class RunTracker:
             marker.write_text(str(step))
 
     def log_iteration(self, i: int, results: IterationResults, row: dict) -> None:
-        self.log(iteration_metrics(results, row), step=i + 1)  # step 0 = before training
+        """Iteration ``i``'s metrics at step ``i``: the store's ``iteration`` column; with them the
+        rollout statistics RL users know (``trace_core.rollout_stats``) from the iteration's nodes."""
+        nodes = read_shard(Path(results.verified.nodes))
+        rollout = rollout_metrics(nodes, max_new_tokens=self.cfg.sampling.max_new_tokens,
+                                  seconds=results.stage_seconds())
+        stats = results.update.stats
+        if stats.loss_tokens and stats.seconds:  # loss tokens trained per second, every epoch's
+            rollout["time/update_tokens_per_s"] = stats.loss_tokens * self.cfg.update.ppo_epochs / stats.seconds
+        self.log(iteration_metrics(results, row) | rollout, step=i)
+        self.log_traces(i, results.verified.nodes)
+
+    def log_traces(self, i: int, nodes: str) -> None:
+        """A sample of iteration ``i``'s trajectories as MLflow traces, once per iteration (a
+        resumed run skips the iterations whose traces were sent)."""
+        marker = self.tracker.run_dir / "tracked_step.traces"
+        done = int(marker.read_text()) if marker.is_file() else -1
+        if i <= done or not self.cfg.tracking.trace_samples:
+            return
+        self.tracker.log_traces(nodes, cap=self.cfg.tracking.trace_samples, seed=self.cfg.run.seed * 100_003 + i)
+        if self.tracker.flush(timeout=60.0):
+            marker.write_text(str(i))
+
+    def log_evaluation(self, accuracy: Evaluation, trained: int) -> None:
+        """A held-out evaluation of the policy after ``trained`` iterations, at step ``trained``
+        (as the ``evaluations`` view: 0 = before training, N = the final policy)."""
+        if metrics := evaluation_metrics(accuracy):
+            self.log(metrics, step=trained, group="eval")
 
     def finish(self, history: list[dict], checkpoint: str | None = None) -> str:
         files = publish_run_artifacts(self.tracker, self.cfg)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import polars as pl
@@ -31,6 +32,14 @@ def test_compare_two_strategies(prefect_server, tmp_path):
     art = tmp_path / "runs" / "cmp" / "artifacts"
     assert (art / "compare.md").is_file() and (art / "effective_ratio_by_iteration.png").is_file()
     assert "| grpo |" in out["report"] and "| trace |" in out["report"]
+    # issue 22: children name their comparison, the printed report's images their directory, numbers
+    # one style (no 2.04e+03 beside 3.91)
+    from trace_core.store import query
+
+    runs = query(tmp_path, "select run_id, parent_run_id from runs order by run_id")
+    assert runs["parent_run_id"].to_list() == ["cmp", "cmp"], runs
+    assert f"]({art}/effective_ratio_by_iteration.png)" in out["report"]
+    assert not re.search(r"\d\.\d+e[+-]\d+", out["report"]), out["report"]
 
 
 @pytest.mark.ray

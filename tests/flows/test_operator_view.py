@@ -86,10 +86,63 @@ def test_metric_names_are_grouped(ran):
     keys = set(run.data.metrics)
     assert {"effective/ratio", "effective/wasted_share", "budget/used", "budget/tokens", "accuracy/all",
             "time/iteration_s", "time/update_s", "time/raw_s", "predictor/train_loss", "update/loss"} <= keys
+    # the statistics RL users know from TRL / verl (README, Tracking: the metrics table)
+    assert {"reward/mean", "reward/std", "reward/frac_zero_std", "response/mean_length", "response/max_length",
+            "response/clipped_ratio", "episode/turns_mean", "episode/tool_calls_mean", "update/entropy",
+            "update/clip_frac", "time/raw_tokens_per_s", "time/update_tokens_per_s"} <= keys
     assert all("/" in k for k in keys), sorted(k for k in keys if "/" not in k)
     assert "predictor/root_auc" in keys or not any(k.startswith("predictor/root_") for k in keys)
     steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "effective/ratio"))
-    assert steps == [1, 2, 3]  # once per iteration, across the resume
+    assert steps == [0, 1, 2]  # step = the store's iteration, once per iteration, across the resume
+    for key in ("update/loss", "time/iteration_s", "budget/used"):
+        assert sorted(m.step for m in client.get_metric_history(run.info.run_id, key)) == [0, 1, 2], key
+    # accuracy at the step of the `evaluations` view: after `step` iterations (0 = before training)
+    acc = sorted(m.step for m in client.get_metric_history(run.info.run_id, "accuracy/all"))
+    assert acc == [0, 1, 2, 3]
+
+
+def test_params_describe_the_model_trained(ran):
+    """Issue 22, defect 3: the model's params are the loaded checkpoint's sizes, not the defaults."""
+    import json
+
+    home, _, _ = ran
+    _, run = _mlflow_run(home)
+    hf = json.loads((TINY_WARM_DIR / "config.json").read_text())
+    p = run.data.params
+    assert (p["model.hidden_size"], p["model.head_dim"], p["model.intermediate_size"]) == (
+        str(hf["hidden_size"]), str(hf["head_dim"]), str(hf["intermediate_size"])) == ("128", "32", "384")
+    assert p["model.num_layers"] == str(hf["num_hidden_layers"]) and p["model.path"] == str(TINY_WARM_DIR)
+
+
+def test_prefect_runs_are_tagged_and_artifacts_rounded(ran):
+    """Issue 22, defect 12: flow and task runs carry run / strategy / config tags (task runs also
+    the iteration); the allocation table artifact shows rounded numbers."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
+
+    from trace_core.config_io import config_hash
+
+    home, first, _ = ran
+    cfg = load_train_config(ROOT / "configs" / "small-ci.yaml",
+                            ["run.iterations=3", "run.eval_every=1", "run.keep_checkpoints=1"])
+    want = {"run:ops", f"strategy:{cfg.allocation.strategy}", f"config:{config_hash(cfg)}"}
+    runs = _flow_runs("ops")
+    with get_client(sync_client=True) as client:
+        for run in runs:
+            assert want <= set(run.tags), run.tags
+            tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+            for t in tasks:
+                assert want <= set(t.tags), (t.name, t.tags)
+                m = re.search(r" iter (\d+)$", t.name)
+                if m:
+                    assert f"iteration:{m[1]}" in t.tags, (t.name, t.tags)
+        arts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["allocation-ops"])))
+    assert arts and all(not re.search(r"\d\.\d{5,}", str(a.data)) for a in arts), arts[0].data
 
 
 def test_retention_keeps_newest_and_best_and_the_resume_replays(ran):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -80,6 +81,7 @@ def test_surrogate_masks_clips_and_kl():
     loss, stats = surrogate_loss(logp, batch, cfg, ref_logp=logp.detach())
     assert float(loss.detach()) == pytest.approx(1.0)  # ratio 1: −Σ A over loss tokens only; KL to itself 0
     assert float(stats["kl"]) == pytest.approx(0.0)
+    assert float(stats["entropy"]) == pytest.approx(2 * np.log(2))  # Σ -log π over the 2 loss tokens
     loss.backward()
     assert logp.grad[0].tolist() == pytest.approx([0.0, -1.0, 2.0, 0.0])
     # ratio 2 with A > 0 is clipped at 1.2: no gradient

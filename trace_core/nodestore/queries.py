@@ -64,23 +64,62 @@ def render(frame: pl.DataFrame, fmt: OutputFormat) -> str:
     raise ValueError(f"format {fmt!r} has no text form; formats: {FORMATS}")
 
 
+class UnknownRunId(LookupError):
+    """A ``--run-id`` the home holds no rows for (one line naming the ones it holds)."""
+
+
+def known_runs(home_dir: str | Path) -> list[str]:
+    """Run ids with rows in the home, and the comparison ids their runs belong to."""
+    text = (catalogue.sql_dir() / "catalog" / "known_runs.sql").read_text()
+    return catalogue.query(home_dir, text)["run_id"].to_list()
+
+
+def check_run_known(home_dir: str | Path, run_id: str) -> None:
+    """``UnknownRunId`` unless the home holds rows of ``run_id`` (a run or a comparison)."""
+    known = known_runs(home_dir)
+    if run_id in known:
+        return
+    shown = ", ".join(known[:20]) + (f" (+{len(known) - 20} more)" if len(known) > 20 else "")
+    raise UnknownRunId(f"unknown run id {run_id!r} in {home_dir}: " + (f"known runs: {shown}" if known
+                                                                        else "the home holds no runs yet"))
+
+
+def output_format(fmt: str | None, output: str | Path | None) -> OutputFormat:
+    """The format asked for, or the one ``output``'s extension names (``.parquet``, ``.csv``;
+    otherwise a table). A format that contradicts the extension is an error, and so is parquet
+    without a file to write."""
+    suffix = Path(output).suffix.lower() if output is not None else ""
+    implied = {".parquet": "parquet", ".csv": "csv"}.get(suffix)
+    if fmt is None:
+        return implied or "table"
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+    if implied is not None and implied != fmt:
+        raise ValueError(f"--out {output} ends in {suffix} but --format is {fmt}; drop --format or change the name")
+    if fmt == "parquet" and output is None:
+        raise ValueError("--format parquet writes a file: give --out FILE.parquet")
+    return fmt  # type: ignore[return-value]
+
+
 def sql_command(
     name: str,
     *,
     run_id: str | None = None,
-    fmt: OutputFormat = "table",
+    fmt: OutputFormat | None = None,
     home_dir: str | Path = ".",
     output: str | Path | None = None,
     skip_bad: bool = False,
 ) -> str:
     """Run a named query and render it; what the CLI prints.
 
-    ``fmt='parquet'`` writes ``output`` (default ``NAME.parquet`` in the working directory) and
-    returns a one-line note; ``table``/``csv`` return the text, also written to ``output`` if
-    given. ``skip_bad``: query around unreadable shards (each named in a warning).
+    The format is ``fmt``, else the one ``output``'s extension names, else a table (``output_format``).
+    ``parquet`` writes ``output`` (required) and returns a one-line note; ``table``/``csv`` return
+    the text, also written to ``output`` if given. An unknown ``run_id`` raises ``UnknownRunId``
+    (one line naming the runs the home holds) instead of answering with an empty table; a
+    comparison id selects its children. ``skip_bad``: query around unreadable shards (each named
+    in a warning).
     """
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+    fmt = output_format(fmt, output)
     load_query(name)  # an unknown name fails before the home is looked at
     home_dir = objstore.normalize(home_dir)
     if objstore.is_remote(home_dir):
@@ -89,16 +128,19 @@ def sql_command(
             raise FileNotFoundError(f"no node store under {home} (no shards/); check --home")
     else:
         home = _local_home(home_dir)
-    path = Path(output) if output is not None else (Path(f"{name}.parquet") if fmt == "parquet" else None)
+    path = Path(output) if output is not None else None
     if path is not None and path.is_dir():
         raise IsADirectoryError(f"--out {path} is a directory; give a file path")
     frame = run_named_query(home, name, run_id=run_id, skip_bad=skip_bad)
+    if run_id is not None and frame.height == 0:
+        check_run_known(home, run_id)
     if fmt == "parquet":
         frame.write_parquet(path)
         return f"wrote {frame.height} rows to {path}"
     text = render(frame, fmt)
     if path is not None:
         path.write_text(text)
+        return f"wrote {frame.height} rows to {path} ({fmt})"
     return text
 
 

@@ -43,8 +43,9 @@ def git_commit(directory: str | Path = _CODE_DIR) -> str | None:
 
 
 def write_run_row(home_dir: str | Path, run_id: str, cfg: BaseModel, status: str, *, strategy: str | None = None,
-                  seed: int | None = None) -> Path:
-    """Write (or rewrite) the run's row with ``status``; returns the shard path."""
+                  seed: int | None = None, parent_run_id: str | None = None) -> Path:
+    """Write (or rewrite) the run's row with ``status``; returns the shard path. ``parent_run_id``:
+    the comparison the run is a child of (``trace-rl compare``), so its children select as one."""
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
     writer = ShardWriter(home_dir, run_id)
@@ -54,7 +55,7 @@ def write_run_row(home_dir: str | Path, run_id: str, cfg: BaseModel, status: str
         started = read_shard(path)["started_at"][0]
     now = utc_now()
     row = {
-        "run_id": run_id, "strategy": strategy, "config_hash": config_hash(cfg),
+        "run_id": run_id, "strategy": strategy, "parent_run_id": parent_run_id, "config_hash": config_hash(cfg),
         "config_json": cfg.model_dump_json(), "seed": seed, "status": status,
         "started_at": started or now, "finished_at": None if status == "running" else now,
         "git_commit": git_commit(),
@@ -64,12 +65,13 @@ def write_run_row(home_dir: str | Path, run_id: str, cfg: BaseModel, status: str
 
 @contextmanager
 def recording_run(home_dir: str | Path, run_id: str, cfg: BaseModel, *, strategy: str | None = None,
-                  seed: int | None = None) -> Iterator[None]:
+                  seed: int | None = None, parent_run_id: str | None = None) -> Iterator[None]:
     """``running`` now; ``finished`` or ``failed`` (and re-raise) when the block ends."""
-    write_run_row(home_dir, run_id, cfg, "running", strategy=strategy, seed=seed)
+    kw = {"strategy": strategy, "seed": seed, "parent_run_id": parent_run_id}
+    write_run_row(home_dir, run_id, cfg, "running", **kw)
     try:
         yield
     except BaseException:
-        write_run_row(home_dir, run_id, cfg, "failed", strategy=strategy, seed=seed)
+        write_run_row(home_dir, run_id, cfg, "failed", **kw)
         raise
-    write_run_row(home_dir, run_id, cfg, "finished", strategy=strategy, seed=seed)
+    write_run_row(home_dir, run_id, cfg, "finished", **kw)

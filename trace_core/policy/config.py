@@ -50,6 +50,26 @@ class ModelConfig(BaseModel):
         "True = the model reasons in <think> first); None = the template's default. Only with chat_template=tokenizer.")
 
 
+# ModelConfig field <- key of a Hugging Face config.json (the sizes a loaded checkpoint brings)
+_HF_SIZE_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+                 "num_kv_heads": "num_key_value_heads", "head_dim": "head_dim",
+                 "intermediate_size": "intermediate_size", "vocab_size": "vocab_size",
+                 "max_position_embeddings": "max_position_embeddings", "tie_embeddings": "tie_word_embeddings"}
+
+
+def checkpoint_sizes(path: str | Path) -> dict:
+    """The ``ModelConfig`` sizes of the checkpoint at ``path`` as its ``config.json`` states them
+    (a loaded model has these, whatever the config's size fields say: they only build a new one).
+    Keys the file lacks are left out; ``rope_theta`` from ``rope_parameters`` or the flat key."""
+    import json
+
+    hf = json.loads((Path(path) / "config.json").read_text())
+    out = {ours: hf[theirs] for ours, theirs in _HF_SIZE_KEYS.items() if theirs in hf}
+    if (theta := (hf.get("rope_parameters") or {}).get("rope_theta", hf.get("rope_theta"))) is not None:
+        out["rope_theta"] = theta
+    return out
+
+
 class TokenizerConfig(BaseModel):
     """How the tiny tokenizer is trained."""
 

@@ -154,6 +154,8 @@ def surrogate_loss(logp: torch.Tensor, batch: dict[str, torch.Tensor], cfg: Upda
     stats = {
         "clip_frac": (((ratio - clipped).abs() > 1e-8).float() * mask).sum().detach(),
         "approx_kl_old": (((ratio - 1) - log_ratio) * mask).sum().detach(),  # k3 estimate of KL(old ‖ new)
+        # -log π of the sampled loss tokens: on-policy, an unbiased estimate of the policy's entropy
+        "entropy": (-logp.detach() * mask).sum(),
     }
     if ref_logp is not None and cfg.uses_reference:
         d = (ref_logp - logp) * mask
@@ -223,7 +225,7 @@ def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sche
     if world_size > 1:
         sums = _sum_over_ranks(sums, device)
     seconds = time.perf_counter() - t0
-    means = {k: v / max(n_tokens, 1.0) for k, v in sums.items() if k != "grad_norm"}  # loss, clip_frac, approx_kl_old, kl
+    means = {k: v / max(n_tokens, 1.0) for k, v in sums.items() if k != "grad_norm"}  # loss, clip_frac, approx_kl_old, kl, entropy
     return UpdateStats(**means, grad_norm=sums.get("grad_norm", 0.0) / max(n_steps, 1), steps=float(n_steps),
                        sequences=float(len(seqs)), loss_tokens=n_tokens / cfg.ppo_epochs, seconds=seconds,
                        samples_per_s=len(seqs) * cfg.ppo_epochs / max(seconds, 1e-9),

@@ -1,0 +1,59 @@
+"""Trajectories as MLflow 3 traces (issue 22): on the store fixture's run r1, iteration 1 (six
+trajectories: a3, a4; d1, d2 of two turns; f1, f2 continuing d1 after its first turn)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
+from store_fixture import build_fixture_store  # noqa: E402
+
+from trace_core.nodestore.layout import shard_path  # noqa: E402
+from trace_core.nodestore.shards import read_shard  # noqa: E402
+from tracking.traces import send_traces, trajectory_traces  # noqa: E402
+
+
+def _iteration_nodes(home: Path) -> Path:
+    """Both node shards of r1's iteration 1 in one (the flow's final shard holds them so)."""
+    frames = [read_shard(p) for p in sorted((home / "shards" / "nodes" / "run_id=r1" / "iteration=00001").glob("*.parquet"))]
+    path = shard_path(home, "nodes", "r1", "final", 1).with_name("merged.parquet")
+    pl.concat(frames, how="diagonal_relaxed").write_parquet(path)
+    return path
+
+
+def test_trace_specs_follow_the_path_from_the_prompt(tmp_path):
+    home = build_fixture_store(tmp_path)
+    nodes = read_shard(_iteration_nodes(home))
+    specs = trajectory_traces(nodes, cap=100, seed=0)
+    assert sorted(s["attributes"]["trajectory_id"] for s in specs) == ["a3", "a4", "d1", "d2", "f1", "f2"]
+    f1 = next(s for s in specs if s["attributes"]["trajectory_id"] == "f1")
+    assert [t["name"] for t in f1["turns"]] == ["turn 1 (prefix)", "turn 2"]  # d1's first turn, then its own
+    assert f1["reward"] == 1.0 and f1["attributes"]["origin"] == "extension"
+    assert len(trajectory_traces(nodes, cap=4, seed=0)) == 4
+    assert trajectory_traces(nodes, cap=4, seed=0) == trajectory_traces(nodes, cap=4, seed=0)  # seeded
+
+
+def test_traces_land_in_the_run_with_reward_assessments(tmp_path):
+    from mlflow import MlflowClient
+
+    home = build_fixture_store(tmp_path / "home")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("traces")
+    run = client.create_run(exp).info.run_id
+    ids = send_traces(uri, run, exp, {"nodes": str(_iteration_nodes(home)), "cap": 4, "seed": 0})
+    assert len(ids) == 4
+    traces = client.search_traces(locations=[exp], run_id=run)
+    assert sorted(t.info.trace_id for t in traces) == sorted(ids)
+    for t in traces:
+        tid = t.info.request_metadata.get("mlflow.traceInputs") or ""
+        spans = t.data.spans
+        root = next(s for s in spans if s.parent_id is None)
+        turns = [s for s in spans if s.parent_id is not None]
+        traj = root.attributes["trajectory_id"]
+        assert len(turns) == {"a3": 1, "a4": 1}.get(traj, 2), (traj, tid)
+        feedback = [a for a in t.info.assessments if a.name == "reward"]
+        assert len(feedback) == 1 and feedback[0].value == {"a3": 1.0, "a4": 1.0, "f1": 1.0}.get(traj, 0.0)
