@@ -59,6 +59,7 @@ from trace_core.results import (
 from trace_core.rollout import RolloutConfig
 from trace_core.rollouts import rollouts_for
 from trace_core.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed
+from trace_core.spending import previous_continuations, spent_tokens
 from trace_core.utility import prefix_utility, root_utility
 
 
@@ -138,32 +139,6 @@ def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int, prior: Eval
     report = predictor.fit(history_nodes(ref, iteration), cell_prior=_cell_prior(prior))
     path = predictor.save(ref.predictor(iteration))
     return PredictorFit(path=str(path), fit=report, seconds=time.perf_counter() - t0)
-
-
-def previous_continuations(ref: RunRef, iteration: int) -> int | None:
-    """Continuations the previous iteration bought (None at iteration 0 or when its shard is
-    gone): the planner sizes the first root wave's reserve from it."""
-    if iteration == 0:
-        return None
-    path = shard_path(ref.home, "nodes", ref.run_id, "final", iteration - 1)
-    if not path.is_file():
-        return None
-    return read_shard(path).filter(pl.col("is_leaf") & (pl.col("origin") == "extension")).height
-
-
-def spent_tokens(ref: RunRef, iteration: int) -> tuple[int, float | None]:
-    """Tokens the iterations before ``iteration`` generated (everything: roots, continuations,
-    refills), and the last one's tokens per trajectory (None at iteration 0 or when a shard is gone)."""
-    total, price = 0, None
-    for i in range(iteration):
-        path = shard_path(ref.home, "nodes", ref.run_id, "final", i)
-        if not path.is_file():
-            return total, None
-        nodes = read_shard(path)
-        tokens, trajectories = int(nodes["new_tokens"].sum() or 0), int(nodes["is_leaf"].sum() or 0)
-        total += tokens
-        price = tokens / trajectories if trajectories else None
-    return total, price
 
 
 def _allocation(cfg: TrainConfig, roots: RootAllocation):
