@@ -87,8 +87,39 @@ def _train_config(config: Path | None, overrides: list[str] | None, home: Path):
     except ConfigError as err:
         _fail(err)
     _check_data(cfg)
+    _check_models(cfg)
     _quiet_env(home)  # created only for a valid config
     return cfg
+
+
+def _fail_if_disk_full(err: BaseException) -> None:
+    """A full disk anywhere in the error's chain (shards, checkpoints, DuckDB, SQLite): one line,
+    exit 2; what finished is on disk and the same --run-id resumes once space is freed."""
+    import errno
+
+    seen = err
+    while seen is not None:
+        text = str(seen)
+        if getattr(seen, "errno", None) == errno.ENOSPC or "No space left on device" in text \
+                or "database or disk is full" in text:
+            where = getattr(seen, "filename", None)
+            _fail(OSError(f"disk full{f' writing {where}' if where else ''}: free space, then rerun with the "
+                          "same --run-id to resume from the last finished stage"))
+        seen = seen.__cause__ or seen.__context__
+
+
+def _check_models(cfg) -> None:
+    """Every model directory the config names is checked before anything starts (safetensors and
+    JSON only, ``trace_core.policy.modeldir``): a missing or hostile one exits 2 with one line."""
+    from trace_core.policy.modeldir import ModelDirError, check_model_dir
+
+    named = {"model.path": cfg.model.path, "predictor.encoder_path": getattr(cfg.predictor, "encoder_path", None)}
+    for field, path in named.items():
+        if path:
+            try:
+                check_model_dir(path)
+            except ModelDirError as err:
+                _fail(ValueError(f"{field}: {err}"))
 
 
 def _check_data(cfg) -> None:
@@ -173,6 +204,9 @@ def train(
         _fail(err)
     except (Interrupted, TerminationSignal) as err:
         signum = err.signum if isinstance(err, Interrupted) else err.signal
+    except Exception as err:
+        _fail_if_disk_full(err)
+        raise
     if signum is not None:  # the same --run-id resumes from the last finished stage
         name = signal.Signals(signum).name
         typer.secho(f"interrupted by {name}: run stopped; rerun with the same --run-id to resume",
@@ -195,13 +229,24 @@ def compare(
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster for --parallel (default: a local Ray)."),
 ) -> None:
     """Train each strategy from the same checkpoint, stream and budget; write a report."""
+    from trace_core.allocation import strategy_names
+
     _check_run_id(run_id)
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    unknown = [n for n in names if n not in strategy_names()]
+    if not names or unknown:
+        what = f"unknown strategy {unknown[0]!r}" if unknown else f"no strategy in {strategies!r}"
+        _fail(ValueError(f"--strategies: {what}; known: {', '.join(strategy_names())}"))
     cfg = _train_config(config, set_, home)
     from flows.compare import compare_flow
 
-    out = compare_flow(cfg, strategies=[s.strip() for s in strategies.split(",") if s.strip()],
-                       seeds=seeds, home=str(home.resolve()), run_id=run_id, tracking_uri=tracking_uri,
-                       parallel=parallel, ray_address=ray_address)
+    try:
+        out = compare_flow(cfg, strategies=names,
+                           seeds=seeds, home=str(home.resolve()), run_id=run_id, tracking_uri=tracking_uri,
+                           parallel=parallel, ray_address=ray_address)
+    except Exception as err:
+        _fail_if_disk_full(err)
+        raise
     typer.echo(out.get("report", ""))
 
 
@@ -220,12 +265,15 @@ def headroom(
     from trace_core.run import RunRef
 
     _check_run_id(run_id)
-    saved = RunRef(str(home.resolve()), run_id).artifacts_dir / "config.yaml"
-    cfg = _train_config(config or (saved if saved.is_file() else None), set_, home)
     try:
         its = [int(x) for x in iterations.split(",") if x.strip()]
+        if not its or min(its) < 0 or max(its) > 10**6:
+            raise ValueError
     except ValueError:
-        _fail(ValueError(f"--iterations must be comma-separated integers, got {iterations!r}"))
+        _fail(ValueError(f"--iterations must be comma-separated integers from 0, got {iterations!r}"))
+    _check_home(home, create=False)
+    saved = RunRef(str(home.resolve()), run_id).artifacts_dir / "config.yaml"
+    cfg = _train_config(config or (saved if saved.is_file() else None), set_, home)
     from trace_core.headroom import headroom as measure
 
     try:
@@ -281,11 +329,13 @@ def report(
     _check_home(home, create=False)
     if not home.is_dir():
         _fail(FileNotFoundError(f"--home {home} does not exist"))
+    from trace_core.outfile import check_out_path
+
     out = out or Path(f"report-{run}.html")
-    if out.is_dir():
-        _fail(IsADirectoryError(f"--out {out} is a directory"))
-    if not out.parent.is_dir():
-        _fail(FileNotFoundError(f"--out {out}: directory {out.parent} does not exist"))
+    try:  # a regular file or nothing: never a link's target, a device or a FIFO
+        check_out_path(out)
+    except (ValueError, OSError) as err:
+        _fail(err)
     os.environ.setdefault("MPLBACKEND", "Agg")
     from tracking.html_report import UnknownRun, write_html_report
 

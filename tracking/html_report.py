@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from trace_core.nodestore.queries import run_named_query
+from trace_core.outfile import write_output
 from tracking.plots import (
     plot_accuracy,
     plot_allocation_histogram,
@@ -159,10 +160,7 @@ def render_html_report(home_dir: str | Path, run_id: str) -> str:
 
 
 def write_html_report(home_dir: str | Path, run_id: str, out: str | Path) -> Path:
-    """Write the report page to ``out`` (atomically: a temporary sibling, then renamed)."""
+    """Write the report page to ``out``, a regular file (``trace_core.outfile``: atomically)."""
     out = Path(out)
     page = render_html_report(home_dir, run_id)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_output(out, page)
