@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -18,6 +19,33 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML run config (default: configs/tiny.yaml).")
 SetOpt = typer.Option(None, "--set", help="Override a config field: --set allocation.budget_total=128 (repeatable).")
 HomeOpt = typer.Option(Path(".trace-home"), "--home", help="Run home: shards, catalogue, checkpoints, mlflow.db.")
+
+
+def _stoppable(after: str):
+    """A long command that ends on SIGTERM / SIGINT, from its first line, with one line
+    (``interrupted by SIGTERM: <after>``) and exit 128 + signal. Prefect's own handler (inside a
+    flow run) raises ``TerminationSignal``; both end here."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            from flows.lifecycle import Interrupted, stop_on_signals
+
+            try:
+                with stop_on_signals():
+                    return fn(*args, **kwargs)
+            except BaseException as err:  # noqa: BLE001 - re-raised unless it is a stop signal
+                signum = err.signum if isinstance(err, Interrupted) else getattr(err, "signal", None)
+                if type(err).__name__ != "TerminationSignal" and not isinstance(err, Interrupted):
+                    raise
+                if not isinstance(signum, int):
+                    raise
+            typer.secho(f"interrupted by {signal.Signals(signum).name}: {after}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(128 + signum)
+        return run
+    return wrap
+
+
+RESUME = "run stopped; rerun with the same --run-id to resume"
 
 
 def _check_home(home: Path, create: bool = True) -> None:
@@ -153,6 +181,7 @@ def simulate(
 
 
 @app.command()
+@_stoppable("warm-up stopped; nothing was written to --out")
 def warmup(
     config: Path = ConfigOpt,
     set_: list[str] = SetOpt,
@@ -176,6 +205,7 @@ def warmup(
 
 
 @app.command()
+@_stoppable(RESUME)
 def train(
     config: Path = ConfigOpt,
     run_id: str = typer.Option(None, "--run-id", help="Run id; the same id resumes a killed run."),
@@ -190,32 +220,23 @@ def train(
     cfg = _train_config(config, set_, home)
     if run_id is not None:
         _check_unlocked(home, run_id)  # before Prefect starts (seconds): refused at once
-    from prefect.exceptions import TerminationSignal
+    from flows.lifecycle import temporary_server
 
-    from flows.lifecycle import Interrupted, stop_on_signals, temporary_server
-
-    signum = None
     try:
-        with stop_on_signals(), temporary_server():
+        with temporary_server():
             from flows.train import train_flow
 
             summary = train_flow(cfg, run_id=run_id, home=str(home.resolve()), tracking_uri=tracking_uri)
     except RunLocked as err:  # lost a race with another writer after the check above
         _fail(err)
-    except (Interrupted, TerminationSignal) as err:
-        signum = err.signum if isinstance(err, Interrupted) else err.signal
     except Exception as err:
         _fail_if_disk_full(err)
         raise
-    if signum is not None:  # the same --run-id resumes from the last finished stage
-        name = signal.Signals(signum).name
-        typer.secho(f"interrupted by {name}: run stopped; rerun with the same --run-id to resume",
-                    fg=typer.colors.RED, err=True)
-        raise typer.Exit(128 + signum)
     typer.echo(summary.get("report", ""))
 
 
 @app.command()
+@_stoppable(RESUME)
 def compare(
     config: Path = ConfigOpt,
     strategies: str = typer.Option("grpo,dapo,pcl,treepo,trace,trace-root,trace-prefix", "--strategies"),
@@ -238,12 +259,15 @@ def compare(
         what = f"unknown strategy {unknown[0]!r}" if unknown else f"no strategy in {strategies!r}"
         _fail(ValueError(f"--strategies: {what}; known: {', '.join(strategy_names())}"))
     cfg = _train_config(config, set_, home)
-    from flows.compare import compare_flow
+    from flows.lifecycle import temporary_server
 
-    try:
-        out = compare_flow(cfg, strategies=names,
-                           seeds=seeds, home=str(home.resolve()), run_id=run_id, tracking_uri=tracking_uri,
-                           parallel=parallel, ray_address=ray_address)
+    try:  # a server of its own, in its own session: a signal to the job leaves it up for the last reports
+        with temporary_server():
+            from flows.compare import compare_flow
+
+            out = compare_flow(cfg, strategies=names,
+                               seeds=seeds, home=str(home.resolve()), run_id=run_id, tracking_uri=tracking_uri,
+                               parallel=parallel, ray_address=ray_address)
     except Exception as err:
         _fail_if_disk_full(err)
         raise
@@ -251,6 +275,7 @@ def compare(
 
 
 @app.command()
+@_stoppable("headroom stopped; nothing was written")
 def headroom(
     run_id: str = typer.Option(..., "--run-id", help="A finished (or partly finished) training run."),
     home: Path = HomeOpt,
@@ -346,5 +371,27 @@ def report(
     typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
 
 
+class _EarlyStop(BaseException):  # not a KeyboardInterrupt: click would print "Aborted!", exit 1
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def main() -> None:
+    """The ``trace-rl`` entry point: a stop signal is turned into one line and exit 128 + signal
+    from the first moment (each long command then handles its own, ``_stoppable``)."""
+    def early(signum, _frame):
+        raise _EarlyStop(signum)
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, early)
+    try:
+        app()
+    except _EarlyStop as err:
+        typer.secho(f"interrupted by {signal.Signals(err.signum).name} before the command started",
+                    fg=typer.colors.RED, err=True)
+        sys.exit(128 + err.signum)
+
+
 if __name__ == "__main__":
-    app()
+    main()

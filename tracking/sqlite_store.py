@@ -12,9 +12,11 @@ for MLflow to report.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -58,8 +60,28 @@ def _head_revision() -> str:
     return _get_latest_schema_revision()
 
 
+_LOCK = threading.Lock()  # alembic's migrations are not thread-safe (a comparison's trackers share a process)
+
+
 def prepare_sqlite_store(db: Path) -> None:
-    """Make sure ``db`` is a complete MLflow store (a no-op when it is one)."""
+    """Make sure ``db`` is a complete MLflow store (a no-op when it is one); one thread of one
+    process at a time per database (a lock file beside it)."""
+    with _LOCK:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            lock = open(db.with_name(f".{db.name}.lock"), "a")  # noqa: SIM115 - held for the block below
+        except OSError:
+            lock = None  # a full disk: the creation below fails and is retried anyway
+        try:
+            if lock is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            _prepare(db)
+        finally:
+            if lock is not None:
+                lock.close()
+
+
+def _prepare(db: Path) -> None:
     if db.is_file() and db.stat().st_size > 0:
         if not half_made(db) or _holds_runs(db):
             return  # complete, or an older schema holding runs: MLflow upgrades it or says why

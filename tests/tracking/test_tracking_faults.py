@@ -120,7 +120,7 @@ def test_kill_while_mlflow_creates_its_database(tmp_path):
     state = _mlflow_state(tmp_path)
     assert state["runs"] == 1 and state["params"] == {"lr": "0.001"}
     assert state["counts"] == Counter({(k, s): 1 for k in ("loss", "ratio") for s in range(5)})
-    assert not list(tmp_path.glob(".mlflow.db.*"))  # no temporary database left behind
+    assert not list(tmp_path.glob(".mlflow.db.*.tmp*"))  # no temporary database left behind
 
 
 def test_half_made_database_of_an_older_version_is_rebuilt(tmp_path, caplog):

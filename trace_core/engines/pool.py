@@ -25,9 +25,11 @@ Nothing is lost and nothing duplicated: a shard's result is kept only from the c
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -109,6 +111,23 @@ class RolloutWorker:
 
 
 # ----------------------------------------------------------------------------- the pool
+@contextlib.contextmanager
+def _signals_blocked() -> Iterator[None]:
+    """SIGTERM and SIGINT blocked while a local Ray starts: its processes (GCS, raylet, the workers
+    they fork) inherit the mask, so a signal to the job's process group (Ctrl-C, a scheduler's
+    SIGTERM) reaches only the driver, which stops them itself (``ray.shutdown``: SIGKILL after 1 s)
+    instead of Ray aborting the driver when its raylet dies first. Signals that arrive meanwhile
+    are delivered to the driver when the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 class RolloutPool:
     """``workers`` rollout actors (default ``run.rollout_workers``), each on engine ``run.engine``
     with ``ray.worker_threads`` threads; ``raw`` / ``extend`` / ``evaluate`` as ``rollouts.Rollouts``."""
@@ -127,8 +146,9 @@ class RolloutPool:
             if address:
                 ray.init(address=address, log_to_driver=False)
             else:
-                ray.init(num_cpus=rc.num_cpus or max(self.size, os.cpu_count() or 1), include_dashboard=False,
-                         log_to_driver=False)
+                with _signals_blocked():  # the local Ray's processes inherit the mask
+                    ray.init(num_cpus=rc.num_cpus or max(self.size, os.cpu_count() or 1), include_dashboard=False,
+                             log_to_driver=False)
         # spawn: a vLLM engine core started from an actor must not fork a process that runs Ray's threads
         env = {"OMP_NUM_THREADS": str(rc.worker_threads), "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
         runtime_env: dict[str, Any] = {"env_vars": {**env, **rc.env_vars}}
