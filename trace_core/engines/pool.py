@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -112,20 +113,33 @@ class RolloutWorker:
 
 # ----------------------------------------------------------------------------- the pool
 @contextlib.contextmanager
-def _signals_blocked() -> Iterator[None]:
-    """SIGTERM and SIGINT blocked while a local Ray starts: its processes (GCS, raylet, the workers
-    they fork) inherit the mask, so a signal to the job's process group (Ctrl-C, a scheduler's
-    SIGTERM) reaches only the driver, which stops them itself (``ray.shutdown``: SIGKILL after 1 s)
-    instead of Ray aborting the driver when its raylet dies first. Signals that arrive meanwhile
-    are delivered to the driver when the block ends."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+def _ray_outside_the_job() -> Iterator[None]:
+    """While Ray starts: the processes of a local Ray (GCS, raylet and the workers they fork) go
+    in a process group of their own, so a signal to the job's group (Ctrl-C, a scheduler's
+    SIGTERM) reaches only the driver, which stops them itself (``ray.shutdown``), instead of Ray
+    aborting the driver when its raylet dies first; they still die with the driver (Ray's
+    parent-death signal). ``ray.init`` also sets SIGTERM to ``sys.exit``: the command's own
+    handlers are put back."""
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+    from ray._private import services
+
+    base = getattr(services, "ConsolePopen", None)
+    if base is not None:
+        class OwnGroup(base):  # Popen(process_group=0): setpgid(0, 0) in the child
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                kwargs.setdefault("process_group", 0)
+                super().__init__(*args, **kwargs)
+
+        services.ConsolePopen = OwnGroup
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if base is not None:
+            services.ConsolePopen = base
+        for s, h in handlers.items():
+            if h is not None:
+                signal.signal(s, h)
 
 
 class RolloutPool:
@@ -143,10 +157,10 @@ class RolloutPool:
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
             address = rc.address or os.environ.get("RAY_ADDRESS")
-            if address:
-                ray.init(address=address, log_to_driver=False)
-            else:
-                with _signals_blocked():  # the local Ray's processes inherit the mask
+            with _ray_outside_the_job():
+                if address:
+                    ray.init(address=address, log_to_driver=False)
+                else:
                     ray.init(num_cpus=rc.num_cpus or max(self.size, os.cpu_count() or 1), include_dashboard=False,
                              log_to_driver=False)
         # spawn: a vLLM engine core started from an actor must not fork a process that runs Ray's threads
