@@ -194,12 +194,13 @@ def warmup(
 
     from trace_core.config_io import ConfigError, read_yaml_mapping
     from trace_core.policy.model import TINY_WARM_DIR
+    from trace_core.policy.modeldir import ModelDirError
     from trace_core.policy.warmup import warm_start
 
     try:
         read_yaml_mapping(config or DEFAULT_CONFIG)  # malformed / binary YAML: one line, not a traceback
         recipe = warm_start(config or DEFAULT_CONFIG, out or TINY_WARM_DIR, overrides=set_ or [], evaluate=evaluate)
-    except ConfigError as err:
+    except (ConfigError, ModelDirError) as err:  # a hostile warmup.init_from too
         _fail(err)
     typer.echo(json.dumps({k: recipe.get(k) for k in ("steps_done", "final_loss", "tokens_per_s", "train_s")}))
 
