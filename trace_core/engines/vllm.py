@@ -161,7 +161,8 @@ class VLLMEngine:
                 tensor_parallel_size=cfg.tensor_parallel_size, max_model_len=cfg.max_model_len,
                 enforce_eager=cfg.enforce_eager, enable_prefix_caching=True,
                 logprobs_mode="processed_logprobs",  # temperature-scaled, as the update's ratio compares
-                worker_extension_cls=f"{__name__}.WeightPushExtension", **{"load_format": "safetensors", **kwargs, **(llm_kwargs or {})},
+                worker_extension_cls=f"{__name__}.WeightPushExtension",
+                **{"load_format": "safetensors", **kwargs, **(llm_kwargs or {})},  # never a pickled checkpoint
             )
 
     # -- protocol ---------------------------------------------------------------------------
