@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -38,6 +39,33 @@ HomeOpt = typer.Option(Path(".trace-home"), "--home", help="Run home: shards, ca
 TrackingOpt = typer.Option(None, "--tracking-uri", help="MLflow tracking URI, e.g. http://host:5000 "
                            "(default: sqlite:///HOME/mlflow.db).")
 STRATEGIES = "grpo,dapo,pcl,treepo,trace,trace-root,trace-prefix"
+
+
+def _stoppable(after: str):
+    """A long command that ends on SIGTERM / SIGINT, from its first line, with one line
+    (``interrupted by SIGTERM: <after>``) and exit 128 + signal. Prefect's own handler (inside a
+    flow run) raises ``TerminationSignal``; both end here."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            from flows.lifecycle import Interrupted, stop_on_signals
+
+            try:
+                with stop_on_signals():
+                    return fn(*args, **kwargs)
+            except BaseException as err:  # noqa: BLE001 - re-raised unless it is a stop signal
+                signum = err.signum if isinstance(err, Interrupted) else getattr(err, "signal", None)
+                if type(err).__name__ != "TerminationSignal" and not isinstance(err, Interrupted):
+                    raise
+                if not isinstance(signum, int):
+                    raise
+            typer.secho(f"interrupted by {signal.Signals(signum).name}: {after}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(128 + signum)
+        return run
+    return wrap
+
+
+RESUME = "run stopped; rerun with the same --run-id to resume"
 
 
 def _check_home(home: Path, create: bool = True) -> None:
@@ -113,6 +141,7 @@ def _train_config(config: Path | None, overrides: list[str] | None, home: Path):
         _fail(err)
     _check_model(cfg)
     _check_data(cfg)
+    _check_models(cfg)
     _quiet_env(home)  # created only for a valid config
     return cfg
 
@@ -126,6 +155,36 @@ def _check_model(cfg) -> None:
         initial_checkpoint(cfg)
     except FileNotFoundError as err:
         _fail(err)
+
+
+def _fail_if_disk_full(err: BaseException) -> None:
+    """A full disk anywhere in the error's chain (shards, checkpoints, DuckDB, SQLite): one line,
+    exit 2; what finished is on disk and the same --run-id resumes once space is freed."""
+    import errno
+
+    seen = err
+    while seen is not None:
+        text = str(seen)
+        if getattr(seen, "errno", None) == errno.ENOSPC or "No space left on device" in text \
+                or "database or disk is full" in text:
+            where = getattr(seen, "filename", None)
+            _fail(OSError(f"disk full{f' writing {where}' if where else ''}: free space, then rerun with the "
+                          "same --run-id to resume from the last finished stage"))
+        seen = seen.__cause__ or seen.__context__
+
+
+def _check_models(cfg) -> None:
+    """Every model directory the config names is checked before anything starts (safetensors and
+    JSON only, ``trace_core.policy.modeldir``): a missing or hostile one exits 2 with one line."""
+    from trace_core.policy.modeldir import ModelDirError, check_model_dir
+
+    named = {"model.path": cfg.model.path, "predictor.encoder_path": getattr(cfg.predictor, "encoder_path", None)}
+    for field, path in named.items():
+        if path:
+            try:
+                check_model_dir(path)
+            except ModelDirError as err:
+                _fail(ValueError(f"{field}: {err}"))
 
 
 def _check_data(cfg) -> None:
@@ -159,6 +218,7 @@ def simulate(
 
 
 @app.command()
+@_stoppable("warm-up stopped; nothing was written to --out")
 def warmup(
     config: Path = ConfigOpt,
     set_: list[str] = SetOpt,
@@ -172,17 +232,19 @@ def warmup(
     import json
 
     from trace_core.config_io import ConfigError, read_yaml_mapping
+    from trace_core.policy.modeldir import ModelDirError
     from trace_core.policy.warmup import warm_start
 
     try:
         read_yaml_mapping(config or DEFAULT_CONFIG)  # malformed / binary YAML: one line, not a traceback
         recipe = warm_start(config or DEFAULT_CONFIG, out, overrides=set_ or [], evaluate=evaluate)
-    except ConfigError as err:
+    except (ConfigError, ModelDirError) as err:  # a hostile warmup.init_from too
         _fail(err)
     typer.echo(json.dumps({k: recipe.get(k) for k in ("steps_done", "final_loss", "tokens_per_s", "train_s")}))
 
 
 @app.command()
+@_stoppable(RESUME)
 def train(
     config: Path = ConfigOpt,
     run_id: str = typer.Option(None, "--run-id", help="Run id; the same id resumes a killed run."),
@@ -197,31 +259,26 @@ def train(
     cfg = _train_config(config, set_, home)
     if run_id is not None:
         _check_unlocked(home, run_id)  # before Prefect starts (seconds): refused at once
-    from prefect.exceptions import TerminationSignal
+    from flows.lifecycle import temporary_server
 
-    from flows.lifecycle import Interrupted, stop_on_signals, temporary_server
-
-    signum, own_server = None, not os.environ.get("PREFECT_API_URL")
+    own_server = not os.environ.get("PREFECT_API_URL")
     try:
-        with stop_on_signals(), temporary_server():
+        with temporary_server():
             from flows.train import train_flow
 
             summary = train_flow(cfg, run_id=run_id, home=str(home.resolve()), tracking_uri=tracking_uri)
     except RunLocked as err:  # lost a race with another writer after the check above
         _fail(err)
-    except (Interrupted, TerminationSignal) as err:
-        signum = err.signum if isinstance(err, Interrupted) else err.signal
-    if signum is not None:  # the same --run-id resumes from the last finished stage
-        name = signal.Signals(signum).name
-        typer.secho(f"interrupted by {name}: run stopped; rerun with the same --run-id to resume",
-                    fg=typer.colors.RED, err=True)
-        raise typer.Exit(128 + signum)
+    except Exception as err:
+        _fail_if_disk_full(err)
+        raise
     from tracking.run_summary import where_lines
 
     typer.echo("\n".join(where_lines(summary, temporary_server=own_server)))
 
 
 @app.command()
+@_stoppable(RESUME)
 def compare(
     config: Path = ConfigOpt,
     strategies: str = typer.Option(STRATEGIES, "--strategies", show_default=False,
@@ -236,17 +293,32 @@ def compare(
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster for --parallel (default: a local Ray)."),
 ) -> None:
     """Train each strategy from the same checkpoint, stream and budget; write a report."""
-    _check_run_id(run_id)
-    cfg = _train_config(config, set_, home)
-    from flows.compare import compare_flow
+    from trace_core.allocation import strategy_names
 
-    out = compare_flow(cfg, strategies=[s.strip() for s in strategies.split(",") if s.strip()],
-                       seeds=seeds, home=str(home.resolve()), run_id=run_id, tracking_uri=tracking_uri,
-                       parallel=parallel, ray_address=ray_address)
+    _check_run_id(run_id)
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    unknown = [n for n in names if n not in strategy_names()]
+    if not names or unknown:
+        what = f"unknown strategy {unknown[0]!r}" if unknown else f"no strategy in {strategies!r}"
+        _fail(ValueError(f"--strategies: {what}; known: {', '.join(strategy_names())}"))
+    cfg = _train_config(config, set_, home)
+    from flows.lifecycle import temporary_server
+
+    try:  # a server of its own, in its own session: a signal to the job leaves it up for the last reports
+        with temporary_server():
+            from flows.compare import compare_flow
+
+            out = compare_flow(cfg, strategies=names,
+                               seeds=seeds, home=str(home.resolve()), run_id=run_id, tracking_uri=tracking_uri,
+                               parallel=parallel, ray_address=ray_address)
+    except Exception as err:
+        _fail_if_disk_full(err)
+        raise
     typer.echo(out.get("report", ""))
 
 
 @app.command()
+@_stoppable("headroom stopped; nothing was written")
 def headroom(
     run_id: str = typer.Option(..., "--run-id", help="A finished (or partly finished) training run."),
     home: Path = HomeOpt,
@@ -261,12 +333,15 @@ def headroom(
     from trace_core.run import RunRef
 
     _check_run_id(run_id)
-    saved = RunRef(str(home.resolve()), run_id).artifacts_dir / "config.yaml"
-    cfg = _train_config(config or (saved if saved.is_file() else None), set_, home)
     try:
         its = [int(x) for x in iterations.split(",") if x.strip()]
+        if not its or min(its) < 0 or max(its) > 10**6:
+            raise ValueError
     except ValueError:
-        _fail(ValueError(f"--iterations must be comma-separated integers, got {iterations!r}"))
+        _fail(ValueError(f"--iterations must be comma-separated integers from 0, got {iterations!r}"))
+    _check_home(home, create=False)
+    saved = RunRef(str(home.resolve()), run_id).artifacts_dir / "config.yaml"
+    cfg = _train_config(config or (saved if saved.is_file() else None), set_, home)
     from trace_core.headroom import headroom as measure
 
     try:
@@ -325,11 +400,13 @@ def report(
     _check_home(home, create=False)
     if not home.is_dir():
         _fail(FileNotFoundError(f"--home {home} does not exist"))
+    from trace_core.outfile import check_out_path
+
     out = out or Path(f"report-{run}.html")
-    if out.is_dir():
-        _fail(IsADirectoryError(f"--out {out} is a directory"))
-    if not out.parent.is_dir():
-        _fail(FileNotFoundError(f"--out {out}: directory {out.parent} does not exist"))
+    try:  # a regular file or nothing: never a link's target, a device or a FIFO
+        check_out_path(out)
+    except (ValueError, OSError) as err:
+        _fail(err)
     os.environ.setdefault("MPLBACKEND", "Agg")
     from tracking.html_report import UnknownRun, write_html_report
 
@@ -340,5 +417,27 @@ def report(
     typer.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
 
 
+class _EarlyStop(BaseException):  # not a KeyboardInterrupt: click would print "Aborted!", exit 1
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def main() -> None:
+    """The ``trace-rl`` entry point: a stop signal is turned into one line and exit 128 + signal
+    from the first moment (each long command then handles its own, ``_stoppable``)."""
+    def early(signum, _frame):
+        raise _EarlyStop(signum)
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, early)
+    try:
+        app()
+    except _EarlyStop as err:
+        typer.secho(f"interrupted by {signal.Signals(err.signum).name} before the command started",
+                    fg=typer.colors.RED, err=True)
+        sys.exit(128 + err.signum)
+
+
 if __name__ == "__main__":
-    app()
+    main()

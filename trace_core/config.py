@@ -29,7 +29,8 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     iterations: int = Field(5, ge=1, le=100_000, description="Training iterations (one allocation + update each).")
-    seed: int = Field(0, ge=0, description="Run seed: prompt stream, sampling and update all derive from it.")
+    seed: int = Field(0, ge=0, le=2**31 - 1,  # torch, numpy and Python's random all take it; compare adds seed offsets
+                      description="Run seed: prompt stream, sampling and update all derive from it (0 to 2^31 - 1).")
     engine: str = Field("hf", description="Registered rollout engine (trace_core.engines): 'hf' (CPU/GPU), "
                         "'vllm' (GPU worker).")
     # bounds: building a prompt costs ~0.3-0.9 ms and ~2 KB on the CI CPU, so 1M prompts (the

@@ -20,6 +20,63 @@ class ConfigError(ValueError):
 
 
 MAX_CONFIG_BYTES = 1_000_000  # a run config is a few KB; anything larger is not one
+MAX_YAML_NODES = 100_000  # values after alias expansion; a run config has a few hundred
+MAX_YAML_CHARS = 10 * MAX_CONFIG_BYTES  # scalar text after alias expansion
+MAX_SHOWN = 200  # characters of a bad value quoted in an error
+
+
+class _Bomb(Exception):
+    pass
+
+
+def _expanded_size(root: yaml.Node) -> tuple[int, int]:
+    """(nodes, scalar characters) of the document with every alias expanded, without expanding
+    it: each shared node is sized once. A node that contains itself raises ``_Bomb``."""
+    sizes: dict[int, tuple[int, int]] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> tuple[int, int]:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise _Bomb("an alias refers to a node that contains it (a recursive alias)")
+        active.add(key)
+        if isinstance(node, yaml.ScalarNode):
+            out = (1, len(node.value))
+        else:
+            kids = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
+            n, c = 1, 0
+            for kid in kids:
+                kn, kc = size(kid)
+                n, c = n + kn, c + kc
+                if n > MAX_YAML_NODES or c > MAX_YAML_CHARS:
+                    raise _Bomb(f"it expands past {MAX_YAML_NODES} values or {MAX_YAML_CHARS} characters "
+                                "(aliases that multiply, a 'billion laughs')")
+            out = (n, c)
+        active.discard(key)
+        sizes[key] = out
+        return out
+
+    return size(root)
+
+
+def safe_yaml(text: str, what: str) -> Any:
+    """``yaml.safe_load`` with aliases bounded (``MAX_YAML_NODES`` values, ``MAX_YAML_CHARS``
+    characters after expansion, none recursive); ``ConfigError`` naming ``what`` otherwise."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node)
+        return loader.construct_document(node)
+    except _Bomb as err:
+        raise ConfigError(f"{what} is refused: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} is refused: nested too deeply") from None
+    finally:
+        loader.dispose()
 
 
 def _one_line(err: Exception) -> str:
@@ -47,7 +104,7 @@ def read_yaml_mapping(path: str | Path) -> dict:
     except UnicodeDecodeError as err:
         raise ConfigError(f"config file {p} is not UTF-8 text (byte {err.start})") from None
     try:
-        loaded = yaml.safe_load(text)
+        loaded = safe_yaml(text, f"config file {p}")
     except yaml.YAMLError as err:
         raise ConfigError(f"config file {p} is not valid YAML: {_one_line(err)}") from None
     if loaded is None:
@@ -66,7 +123,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not path:
         raise ConfigError(f"override {item!r} has an empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = safe_yaml(raw, f"override {key.strip()!r}") if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return path, value
@@ -93,6 +150,7 @@ def _explain(err: ValidationError) -> str:
         path = ".".join(str(p) for p in e["loc"]) or "<root>"
         bad = e.get("input")
         shown = repr(bad) if not isinstance(bad, dict) else "{...}"
+        shown = shown if len(shown) <= MAX_SHOWN else shown[:MAX_SHOWN] + f"... ({len(shown)} characters)"
         if e["type"] == "extra_forbidden":
             lines.append(f"  {path}: unknown key (value {shown})")
         else:

@@ -167,6 +167,14 @@ def ensure_catalog(home_dir: str | Path) -> bool:
     try:
         if path.exists() and _stamp_of(path, home) == schema_sha(home):
             return True
+    except duckdb.IOException as err:
+        if not _not_a_database(err):
+            warnings.warn(f"catalogue {path} is busy, left as it is: {err}", RuntimeWarning, stacklevel=2)
+            return False
+        aside = path.with_name(f"{path.name}.unreadable")  # not a DuckDB file: kept for a look, rebuilt
+        os.replace(path, aside)
+        log.warning("catalogue %s is not a DuckDB database (moved to %s); rebuilding it", path, aside.name)
+    try:
         _write_catalog(path, home)
         return True
     except (duckdb.IOException, duckdb.ConnectionException) as err:
@@ -179,18 +187,48 @@ def _write_catalog(path: Path, home: Path) -> None:
     place: a reader sees the old catalogue or the new one, and an existing file written in a newer
     format is replaced rather than kept (DuckDB never downgrades a file in place)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
+    _remove(tmp)
     try:
-        with duckdb.connect(str(tmp), config={**_config(home), "storage_compatibility_version": CATALOG_STORAGE_VERSION}
-                            ) as con:
-            _apply_schema(con, home)
-            _stamp(con, home)
+        _build(tmp, home)
         if path.exists():  # held open by another process: the connect raises and the old file stays
             duckdb.connect(str(path), config=_config(home)).close()
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
-        tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+        _remove(tmp)
+
+
+def _remove(db: Path) -> None:
+    db.unlink(missing_ok=True)
+    db.with_name(db.name + ".wal").unlink(missing_ok=True)
+
+
+def _not_a_database(err: Exception) -> bool:
+    return "not a valid DuckDB database file" in str(err)
+
+
+def _build(path: Path, home: Path) -> None:
+    """Write the views into the new catalogue file ``path``. A shard that does not open (truncated
+    in a copied home, say) is left out of the views, named in a warning, and the catalogue is
+    stamped stale so the next ``ensure_catalog`` (the end of the run that recomputes it) builds
+    the full views."""
+    config = {**_config(home), "storage_compatibility_version": CATALOG_STORAGE_VERSION}
+    try:
+        with duckdb.connect(str(path), config=config) as con:
+            _apply_schema(con, home)
+            _stamp(con, home)
+        return
+    except (duckdb.IOException, duckdb.ConnectionException):
+        raise
+    except duckdb.Error:
+        bad = bad_shards(home, deep=True)
+        if not bad:
+            raise
+    for shard, why in bad.items():
+        log.warning("catalogue %s built without unreadable shard %s (%s)", path, shard, why)
+    _remove(path)  # the failed attempt's views
+    with duckdb.connect(str(path), config=config) as con:
+        con.execute(schema_sql(home, exclude=list(bad)))
+        con.execute((sql_dir() / "catalog" / "stamp.sql").read_text(), {"schema_sha": "partial"})
 
 
 def open_catalog(home_dir: str | Path, read_only: bool = True) -> duckdb.DuckDBPyConnection:

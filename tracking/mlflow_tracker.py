@@ -6,7 +6,9 @@ in order, through an ``MlflowClient``. When the backend is down (server unreacha
 database locked or unreachable) the thread warns once, keeps the records, and retries with
 exponential backoff; training never waits on MLflow except in ``flush``/``finish``, and then
 only up to a timeout. Records still unsent at ``finish`` are saved next to the run and replayed
-by the next ``Tracker`` for the same run id.
+by the next ``Tracker`` for the same run id. Every record is journaled on disk before it is
+queued (``tracking.journal``) and replayed unchanged, so a kill -9 loses none and doubles none;
+``log_metrics_once`` logs a (group, step) once across sessions; the model is logged once per run.
 
 Resume: the MLflow run id is kept in ``DIR/runs/{run_id}/mlflow_run_id``; a new Tracker with the
 same ``run_id`` continues that MLflow run. Steps are explicit (the iteration number), so a
@@ -15,7 +17,6 @@ resumed run's metric steps continue where the crashed one stopped.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -30,6 +31,8 @@ from typing import Any
 
 from trace_core.config_io import flatten
 from trace_core.tracking_config import TrackingConfig
+from tracking.journal import Journal, write_atomic
+from tracking.sqlite_store import prepare_sqlite_store, rehome_local_store, sqlite_path
 
 log = logging.getLogger(__name__)
 
@@ -49,35 +52,6 @@ _METRICS_PER_BATCH = 1000
 
 def default_tracking_uri(home_dir: str | Path) -> str:
     return f"sqlite:///{Path(home_dir).resolve() / 'mlflow.db'}"
-
-
-def rehome_local_store(home_dir: str | Path) -> int:
-    """Re-root the artifact locations of ``DIR/mlflow.db`` at ``DIR/mlartifacts`` when the home
-    was moved (MLflow stores them as absolute URIs): a resumed run then logs its artifacts in the
-    home it runs in, never at the old location. Returns the number of rows changed."""
-    import sqlite3
-
-    home = Path(home_dir).resolve()
-    db, here = home / "mlflow.db", (home / "mlartifacts").as_uri()
-    if not db.is_file():
-        return 0
-    with contextlib.closing(sqlite3.connect(db, timeout=30)) as con, con:
-        rows = con.execute("SELECT artifact_location FROM experiments WHERE artifact_location LIKE 'file://%/mlartifacts'"
-                           ).fetchall()
-        changed = 0
-        for (old,) in rows:
-            if old == here:
-                continue
-            changed += con.execute("UPDATE experiments SET artifact_location = ? WHERE artifact_location = ?",
-                                   (here, old)).rowcount
-            changed += con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
-                                   "WHERE substr(artifact_uri, 1, ?) = ?", (here, len(old) + 1, len(old), old)).rowcount
-    if changed:  # this process may hold artifact stores of the old location, by run id
-        from mlflow.tracking._tracking_service import utils as tracking_utils
-
-        getattr(tracking_utils, "_artifact_repos_cache", {}).clear()
-        log.info("home moved: MLflow artifact locations re-rooted at %s (%d rows)", here, changed)
-    return changed
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -107,6 +81,7 @@ class Tracker:
         parent: Tracker | None = None,
         run_name: str | None = None,
         tags: Mapping[str, str] | None = None,
+        journal: bool = True,
     ):
         self.home_dir = Path(home_dir)
         self.run_id = run_id
@@ -128,10 +103,12 @@ class Tracker:
         self.failures = 0
         self.dropped = 0
         self._thread: threading.Thread | None = None
+        # journal=False: a handle on a run another tracker writes (a comparison's parent)
+        self._journal = Journal(self.run_dir, enabled=journal)
         if self.config.enabled:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._ops.append({"op": "open"})  # create or resume the MLflow run right away
-            self._ops.extend(self._load_pending())
+            self._ops.extend(self._journal.load())
             self._thread = threading.Thread(target=self._worker, name=f"mlflow-{run_id}", daemon=True)
             self._thread.start()
 
@@ -142,13 +119,28 @@ class Tracker:
         for i in range(0, len(items), _PARAMS_PER_BATCH):
             self._put({"op": "params", "params": dict(items[i : i + _PARAMS_PER_BATCH])})
 
-    def log_metrics(self, metrics: Mapping[str, float | None], step: int) -> None:
-        """Metrics of one step (the iteration); None values are skipped."""
+    def log_metrics(self, metrics: Mapping[str, float | None], step: int, *, group: str | None = None) -> None:
+        """Metrics of one step (the iteration); None values are skipped. With ``group``, the step
+        is recorded as logged for that group (``logged_step``) once the records are journaled."""
         values = {_BAD_KEY.sub("_", k): float(v) for k, v in metrics.items() if v is not None}
         items = sorted(values.items())
         ts = int(time.time() * 1000)
         for i in range(0, len(items), _METRICS_PER_BATCH):
-            self._put({"op": "metrics", "step": int(step), "ts": ts, "values": dict(items[i : i + _METRICS_PER_BATCH])})
+            op = {"op": "metrics", "step": int(step), "ts": ts, "values": dict(items[i : i + _METRICS_PER_BATCH])}
+            self._put(op if group is None else {**op, "group": group})
+
+    def log_metrics_once(self, metrics: Mapping[str, float | None], step: int, group: str = "",
+                         *, floor: int = -1) -> bool:
+        """Log the step of ``group`` unless this run (any session) journaled it already, or
+        ``step <= floor``; True when logged."""
+        if not self.config.enabled or step <= max(floor, self.logged_step(group)):
+            return False
+        self.log_metrics(metrics, step, group=group)
+        return True
+
+    def logged_step(self, group: str = "") -> int:
+        """The highest step of ``group`` journaled by any session of this run (-1: none)."""
+        return self._journal.steps.get(group, -1)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         self._put({"op": "tags", "tags": {k: str(v) for k, v in tags.items()}})
@@ -239,7 +231,7 @@ class Tracker:
         with self._cond:
             if len(self._ops) >= self.config.max_buffer:
                 self._evict_one()
-            self._ops.append(op)
+            self._ops.append(self._journal.append(op))  # on disk before it is queued
             self._cond.notify_all()
 
     def _evict_one(self) -> None:
@@ -251,26 +243,14 @@ class Tracker:
                     log.warning("MLflow buffer full (%d records): dropping the oldest metrics", self.config.max_buffer)
                 return
 
-    def _pending_file(self) -> Path:
-        return self.run_dir / "mlflow_pending.jsonl"
-
-    def _load_pending(self) -> list[dict]:
-        path = self._pending_file()
-        if not path.exists():
-            return []
-        ops = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        path.unlink()
-        ops = [op for op in ops if op["op"] not in ("open", "terminate")]  # the run goes on
-        log.info("replaying %d MLflow records left by an earlier session of run %s", len(ops), self.run_id)
-        return ops
-
     def _save_pending(self) -> None:
         with self._cond:
-            ops = list(self._ops)
-        if ops:
-            self._pending_file().write_text("".join(json.dumps(op) + "\n" for op in ops))
-            log.warning("MLflow unreachable: %d records saved to %s for the next session", len(ops),
-                        self._pending_file())
+            ops = [op for op in self._ops if op["op"] != "terminate"]
+        if not ops:
+            self._journal.done()
+            return
+        self._journal.rewrite(ops)
+        log.warning("MLflow unreachable: %d records saved to %s for the next session", len(ops), self._journal.path)
 
     # ---- worker thread ------------------------------------------------------------------
     def _worker(self) -> None:
@@ -292,6 +272,7 @@ class Tracker:
             with self._cond:
                 self._busy = False
                 if failed is None or permanent:
+                    self._journal.sent(op)
                     if self._ops and self._ops[0] is op:
                         self._ops.popleft()
                     self._cond.notify_all()
@@ -320,6 +301,9 @@ class Tracker:
                 os.environ.setdefault(key, value)
             from mlflow import MlflowClient  # imported here: ~seconds, off the training thread
 
+            db = sqlite_path(self.tracking_uri)
+            if db is not None:  # made whole or not at all: a crash cannot leave it half-migrated
+                prepare_sqlite_store(db)
             if self.config.tracking_uri is None:
                 rehome_local_store(self.home_dir)
             self._client = MlflowClient(tracking_uri=self.tracking_uri)
@@ -337,7 +321,7 @@ class Tracker:
             tags["mlflow.parentRunId"] = parent_id
         run = self._client.create_run(self._experiment_id(), run_name=self._run_name, tags=tags)
         self._mlflow_run_id, self.experiment_id = run.info.run_id, run.info.experiment_id
-        _write_atomic(self.run_dir / "mlflow_run_id", run.info.run_id)
+        write_atomic(self.run_dir / "mlflow_run_id", run.info.run_id)
 
     def _resume(self, mlflow_run_id: str) -> bool:
         from mlflow.exceptions import MlflowException
@@ -370,8 +354,11 @@ class Tracker:
             return self._client.get_experiment_by_name(self.config.experiment).experiment_id
 
     def _saved_run_id(self) -> str | None:
-        path = self.run_dir / "mlflow_run_id"
-        return path.read_text().strip() or None if path.exists() else None
+        try:
+            text = (self.run_dir / "mlflow_run_id").read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return text if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", text) else None
 
     def _send(self, op: dict) -> None:
         from mlflow.entities import Metric, Param, RunTag
@@ -399,7 +386,7 @@ class Tracker:
         elif kind == "model":
             from tracking.registry import send_model
 
-            send_model(self.tracking_uri, rid, op)
+            send_model(self._client, self.tracking_uri, rid, op)
         elif kind == "terminate":
             self._client.set_terminated(rid, status=op["status"])
         else:
@@ -419,8 +406,3 @@ def _is_mlflow(err: Exception) -> bool:
 def _short(err: Exception) -> str:
     return f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -96,24 +96,50 @@ def model_files(checkpoint: str | Path, out: Path) -> Path:
     return out
 
 
-def send_model(tracking_uri: str, run_id: str, op: dict[str, Any]) -> str:
+def send_model(client: Any, tracking_uri: str, run_id: str, op: dict[str, Any]) -> str:
     """Log the staged checkpoint and config as the run's pyfunc model ``policy`` (and register it
-    when ``op["registered_model_name"]`` is set); returns the model URI."""
+    when ``op["registered_model_name"]`` is set); returns the model URI.
+
+    Exactly once per MLflow run, whatever stopped an earlier attempt: a finished ``policy`` of
+    this run is reused (a re-run of a finished run id, a replayed record), an unfinished one (a
+    kill while its files were uploaded) is deleted and logged again, and a registered version
+    of this run is never registered twice."""
     import mlflow
     from mlflow.models import infer_signature
 
-    signature = infer_signature(["What is 3 + 4?"], ["<answer>7</answer>"], params={"max_new_tokens": 64})
-    mlflow.set_tracking_uri(tracking_uri)
-    # the tracker ends the run after this record; the signature is given explicitly, and an input
-    # example would load and run the policy: MLflow's warning about it is dropped (recorded, since
-    # MLflow's own "once" filter overrides an "ignore"), any other passed on
-    with mlflow.start_run(run_id=run_id), warnings.catch_warnings(record=True) as caught:
-        info = mlflow.pyfunc.log_model(
-            name="policy", python_model=str(MODEL_CODE),
-            artifacts={"checkpoint": op["checkpoint"], "config": op["config"]},
-            registered_model_name=op.get("registered_model_name"), pip_requirements=PIP_REQUIREMENTS, signature=signature,
-            metadata={"trace_rl_run_id": op.get("run", ""), "checkpoint": op.get("source", "")})
-    for w in caught:
-        if "An input example was not provided" not in str(w.message):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return info.model_uri
+    name = op.get("registered_model_name")
+    ready = None
+    for model in _run_models(client, run_id):
+        if str(model.status) == "READY" and ready is None:
+            ready = model
+        else:  # left unfinished by a killed attempt (or a duplicate of an older version)
+            client.delete_logged_model(model.model_id)
+    if ready is not None:
+        uri = f"models:/{ready.model_id}"
+    else:
+        signature = infer_signature(["What is 3 + 4?"], ["<answer>7</answer>"], params={"max_new_tokens": 64})
+        mlflow.set_tracking_uri(tracking_uri)
+        # the tracker ends the run after this record; the signature is given explicitly, and an input
+        # example would load and run the policy: MLflow's warning about it is dropped (recorded, since
+        # MLflow's own "once" filter overrides an "ignore"), any other passed on
+        with mlflow.start_run(run_id=run_id), warnings.catch_warnings(record=True) as caught:
+            info = mlflow.pyfunc.log_model(
+                name="policy", python_model=str(MODEL_CODE),
+                artifacts={"checkpoint": op["checkpoint"], "config": op["config"]},
+                pip_requirements=PIP_REQUIREMENTS, signature=signature,
+                metadata={"trace_rl_run_id": op.get("run", ""), "checkpoint": op.get("source", "")})
+        for w in caught:
+            if "An input example was not provided" not in str(w.message):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        uri = info.model_uri
+    if name and not [v for v in client.search_model_versions(f"run_id = '{run_id}'") if v.name == name]:
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.register_model(uri, name)
+    return uri
+
+
+def _run_models(client: Any, run_id: str) -> list[Any]:
+    """The logged models ``policy`` of an MLflow run."""
+    exp = client.get_run(run_id).info.experiment_id
+    found = client.search_logged_models([exp], filter_string=f"source_run_id = '{run_id}' AND name = 'policy'")
+    return list(found)

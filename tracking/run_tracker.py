@@ -10,6 +10,7 @@ from trace_core.policy.config import checkpoint_sizes
 from trace_core.results import Evaluation, IterationResults, IterationTiming
 from trace_core.rollout_stats import rollout_metrics
 from trace_core.run import RunRef, initial_checkpoint
+from tracking.journal import read_int
 from tracking.links import git_state, mlflow_run_url
 from tracking.mlflow_tracker import Tracker
 from tracking.registry import dataset_records, model_files
@@ -83,7 +84,8 @@ class RunTracker:
     def __init__(self, ref: RunRef, cfg: TrainConfig, *, tracking_uri: str | None = None, parent: str | None = None,
                  tags: dict[str, str] | None = None):
         tcfg = cfg.tracking.model_copy(update={"tracking_uri": tracking_uri or cfg.tracking.tracking_uri})
-        self.parent = Tracker(ref.home, parent, config=tcfg) if parent else None
+        # a handle on the comparison's parent run, which the comparison's own tracker writes
+        self.parent = Tracker(ref.home, parent, config=tcfg, journal=False) if parent else None
         self.cfg = cfg
         self.tracker = Tracker(ref.home, ref.run_id, config=tcfg, parent=self.parent,
                                tags={"trace_rl.strategy": cfg.allocation.strategy})
@@ -102,17 +104,13 @@ class RunTracker:
                 "git_commit": git_state().get("mlflow.source.git.commit")}
 
     def log(self, metrics: dict, step: int, *, group: str = "") -> None:
-        """Log one step of a group of metrics once: a resumed run skips the steps its crashed
-        predecessor logged. Each ``group`` keeps its own marker (``runs/<id>/tracked_step[.group]``),
-        so a group logged later in the iteration (``"wall"``: this process's wall times) is still
-        written once per (key, step) whatever the crash point."""
-        marker = self.tracker.run_dir / (f"tracked_step.{group}" if group else "tracked_step")
-        done = int(marker.read_text()) if marker.is_file() else -1
-        if step <= done:
-            return
-        self.tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
-        if self.tracker.flush(timeout=5.0):  # sent: a crash from here on must not log it twice
-            marker.write_text(str(step))
+        """Log one step of a group of metrics once: a resumed run skips the steps any earlier
+        session journaled (``Tracker.log_metrics_once``), so a group logged later in the iteration
+        (``"wall"``: this process's wall times) is still written once per (key, step) whatever the
+        crash point. ``runs/<id>/tracked_step[.group]`` of older versions count too."""
+        legacy = self.tracker.run_dir / (f"tracked_step.{group}" if group else "tracked_step")
+        self.tracker.log_metrics_once({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step,
+                                      group, floor=read_int(legacy))
 
     def log_iteration(self, i: int, results: IterationResults, row: dict) -> None:
         """Iteration ``i``'s metrics at step ``i``: the store's ``iteration`` column; with them the

@@ -1,6 +1,6 @@
 """RunTracker writes each (key, step) once across crashes: a resumed process skips the steps
 its predecessor sent, for the iteration metrics and for the wall times logged after them
-(issue 14, row 8). A stand-in for the MLflow Tracker records what would be sent."""
+(issue 14, row 8). A stand-in for the MLflow Tracker, on the real journal, records what would be sent."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import tracking.run_tracker as rt
 from trace_core.config import load_train_config
 from trace_core.run import RunRef
+from tracking.journal import Journal
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,6 +25,8 @@ class SentMetrics:
     def __init__(self, home_dir, run_id, **_):
         self.run_dir = Path(home_dir) / "runs" / run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal(self.run_dir)
+        self.journal.load()
 
     def log_params(self, params):
         pass
@@ -31,8 +34,12 @@ class SentMetrics:
     def set_tags(self, tags):
         pass
 
-    def log_metrics(self, metrics, step):
+    def log_metrics_once(self, metrics, step, group="", *, floor=-1):
+        if step <= max(floor, self.journal.steps.get(group, -1)):
+            return False
+        self.journal.append({"op": "metrics", "step": step, "group": group, "values": dict(metrics)})
         SentMetrics.sent.update((k, step) for k in metrics)
+        return True
 
     def flush(self, timeout):
         return True

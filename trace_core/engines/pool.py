@@ -25,9 +25,12 @@ Nothing is lost and nothing duplicated: a shard's result is kept only from the c
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -109,6 +112,36 @@ class RolloutWorker:
 
 
 # ----------------------------------------------------------------------------- the pool
+@contextlib.contextmanager
+def _ray_outside_the_job() -> Iterator[None]:
+    """While Ray starts: the processes of a local Ray (GCS, raylet and the workers they fork) go
+    in a process group of their own, so a signal to the job's group (Ctrl-C, a scheduler's
+    SIGTERM) reaches only the driver, which stops them itself (``ray.shutdown``), instead of Ray
+    aborting the driver when its raylet dies first; they still die with the driver (Ray's
+    parent-death signal). ``ray.init`` also sets SIGTERM to ``sys.exit``: the command's own
+    handlers are put back."""
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+    from ray._private import services
+
+    base = getattr(services, "ConsolePopen", None)
+    if base is not None:
+        class OwnGroup(base):  # Popen(process_group=0): setpgid(0, 0) in the child
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                kwargs.setdefault("process_group", 0)
+                super().__init__(*args, **kwargs)
+
+        services.ConsolePopen = OwnGroup
+    try:
+        yield
+    finally:
+        if base is not None:
+            services.ConsolePopen = base
+        for s, h in handlers.items():
+            if h is not None:
+                signal.signal(s, h)
+
+
 class RolloutPool:
     """``workers`` rollout actors (default ``run.rollout_workers``), each on engine ``run.engine``
     with ``ray.worker_threads`` threads; ``raw`` / ``extend`` / ``evaluate`` as ``rollouts.Rollouts``."""
@@ -124,11 +157,12 @@ class RolloutPool:
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
             address = rc.address or os.environ.get("RAY_ADDRESS")
-            if address:
-                ray.init(address=address, log_to_driver=False)
-            else:
-                ray.init(num_cpus=rc.num_cpus or max(self.size, os.cpu_count() or 1), include_dashboard=False,
-                         log_to_driver=False)
+            with _ray_outside_the_job():
+                if address:
+                    ray.init(address=address, log_to_driver=False)
+                else:
+                    ray.init(num_cpus=rc.num_cpus or max(self.size, os.cpu_count() or 1), include_dashboard=False,
+                             log_to_driver=False)
         # spawn: a vLLM engine core started from an actor must not fork a process that runs Ray's threads
         env = {"OMP_NUM_THREADS": str(rc.worker_threads), "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
         runtime_env: dict[str, Any] = {"env_vars": {**env, **rc.env_vars}}

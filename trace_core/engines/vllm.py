@@ -152,13 +152,17 @@ class VLLMEngine:
         self.chat = chat
         self._vllm = vllm
         self.sleeping = False
+        from trace_core.policy.modeldir import check_model_dir
+
+        check_model_dir(model_path)  # safetensors and JSON only
         with _modules_vllm_can_scan():
             self.llm = vllm.LLM(
                 model=str(model_path), tokenizer=str(model_path), dtype=dtype, seed=seed,
                 tensor_parallel_size=cfg.tensor_parallel_size, max_model_len=cfg.max_model_len,
                 enforce_eager=cfg.enforce_eager, enable_prefix_caching=True,
                 logprobs_mode="processed_logprobs",  # temperature-scaled, as the update's ratio compares
-                worker_extension_cls=f"{__name__}.WeightPushExtension", **kwargs, **(llm_kwargs or {}),
+                worker_extension_cls=f"{__name__}.WeightPushExtension",
+                **{"load_format": "safetensors", **kwargs, **(llm_kwargs or {})},  # never a pickled checkpoint
             )
 
     # -- protocol ---------------------------------------------------------------------------

@@ -59,35 +59,72 @@ def _locate(path: Path, n: int, lines: bool) -> str:
     return f"{path}:{n}" if lines else f"{path} record {n}"
 
 
+#: Bounds on a data file (documented in README "Data"): a file is a regular file of at most
+#: MAX_FILE_BYTES (HotpotQA's train split, the largest here, is ~0.6 GB); a JSON line at most
+#: MAX_ROW_BYTES (a HotpotQA row with its paragraphs is ~10 KB); a question at most
+#: MAX_QUESTION_CHARS characters. A row past a bound is a bad row, not a bad file.
+MAX_FILE_BYTES = 2 << 30
+MAX_ROW_BYTES = 1 << 20
+MAX_QUESTION_CHARS = 20_000
+
+
+def check_data_file(path: str | Path) -> Path:
+    """``path`` if it is a regular file (a symlink's target too) within ``MAX_FILE_BYTES``;
+    ``OSError`` naming it otherwise (a FIFO would block, ``/dev/zero`` never ends)."""
+    import os
+    import stat
+
+    path = Path(path)
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(f"{path} is not a regular file (a device, FIFO or socket)")
+    if st.st_size > MAX_FILE_BYTES:
+        raise OSError(f"{path} is {st.st_size} bytes; a data file is at most {MAX_FILE_BYTES}")
+    return path
+
+
+def _json_line(line: bytes) -> Any:
+    """One JSON line, or a ``BadRow`` saying why not (oversized, not UTF-8, not JSON, a number
+    past Python's 4300-digit limit, nested too deeply)."""
+    if len(line) > MAX_ROW_BYTES:
+        return BadRow(f"row of {len(line)} bytes; a row is at most {MAX_ROW_BYTES}")
+    try:
+        return json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        return BadRow(f"not UTF-8 (byte {err.start})")
+    except json.JSONDecodeError as err:
+        return BadRow(f"not JSON ({err.msg})")
+    except (ValueError, RecursionError) as err:
+        return BadRow(f"not JSON ({' '.join(str(err).split())[:120]})")
+
+
 def iter_records(path: str | Path) -> Iterator[tuple[str, Any]]:
     """``(where, record)`` for every record of a ``.parquet``, ``.jsonl`` or ``.json`` file, in
     order; ``where`` is ``file:line`` (JSON lines) or ``file record n`` (array / Parquet, 1-based).
-    A line that is not JSON yields ``(where, BadRow)`` instead of stopping the file."""
-    path = Path(path)
+    A line that is not JSON (or not UTF-8, or over ``MAX_ROW_BYTES``) yields ``(where, BadRow)``
+    instead of stopping the file."""
+    path = check_data_file(path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         for n, rec in enumerate(pq.read_table(path).to_pylist(), 1):
             yield _locate(path, n, False), rec
         return
-    text = path.read_text(encoding="utf-8")
+    raw = path.read_bytes()
     if path.suffix == ".json":
         try:
-            obj = json.loads(text)
-        except json.JSONDecodeError:
-            obj = None  # BFCL's .json files are JSON lines
+            obj = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):  # BFCL's .json files are JSON lines (or a bad byte)
+            obj = None
         if obj is not None:
             if isinstance(obj, dict) and isinstance(obj.get("data"), list):
                 obj = obj["data"]
             for n, rec in enumerate(obj if isinstance(obj, list) else [obj], 1):
                 yield _locate(path, n, False), rec
             return
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(raw.splitlines(), 1):
         if line.strip():
-            try:
-                yield _locate(path, n, True), json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as err:
-                yield _locate(path, n, True), BadRow(f"not JSON ({err.msg if hasattr(err, 'msg') else err})")
+            yield _locate(path, n, True), _json_line(line)
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -129,9 +166,12 @@ def load_rows(fmt: str, path: str | Path, *, limit: int | None = None,
                 raise rec
             if not isinstance(rec, dict):
                 raise BadRow(f"a {fmt} record must be a JSON object, got {type(rec).__name__}")
+            _check_text(rec)
             task = row(rec, i)
             if task is not None and not (isinstance(task.question, str) and task.question.strip()):
                 raise BadRow("empty question")
+            if task is not None and len(task.question) > MAX_QUESTION_CHARS:
+                raise BadRow(f"question of {len(task.question)} characters; at most {MAX_QUESTION_CHARS}")
         except Exception as err:  # noqa: BLE001 - a row is data: any failure is a bad row
             msg = f"{where}: bad {fmt} row: {err if isinstance(err, BadRow) else _why(err)}"
             if on_bad == "error":
@@ -141,6 +181,17 @@ def load_rows(fmt: str, path: str | Path, *, limit: int | None = None,
         if task is not None:
             tasks.append(task)
     return tasks, problems
+
+
+def _check_text(rec: Any) -> None:
+    """Every string of the record is valid Unicode text (a lone surrogate such as ``\\ud800``,
+    legal in JSON, cannot be written to a shard)."""
+    try:
+        json.dumps(rec, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise BadRow(f"text holds a lone surrogate (character {err.start})") from None
+    except (ValueError, RecursionError) as err:
+        raise BadRow(f"record cannot be read as text ({type(err).__name__})") from None
 
 
 def _need(value: Any, what: str) -> str:

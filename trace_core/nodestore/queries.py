@@ -16,6 +16,7 @@ import polars as pl
 from trace_core import store as catalogue
 from trace_core.nodestore import objstore
 from trace_core.nodestore.layout import check_home_path
+from trace_core.outfile import check_out_path, write_output
 
 OutputFormat = Literal["table", "csv", "parquet"]
 FORMATS: tuple[str, ...] = ("table", "csv", "parquet")
@@ -131,15 +132,19 @@ def sql_command(
     path = Path(output) if output is not None else None
     if path is not None and path.is_dir():
         raise IsADirectoryError(f"--out {path} is a directory; give a file path")
+    if path is not None:  # a regular file or nothing: never a link's target, a device or a FIFO
+        check_out_path(path)
     frame = run_named_query(home, name, run_id=run_id, skip_bad=skip_bad)
     if run_id is not None and frame.height == 0:
         check_run_known(home, run_id)
     if fmt == "parquet":
-        frame.write_parquet(path)
+        buf = io.BytesIO()
+        frame.write_parquet(buf)
+        write_output(path, buf.getvalue())
         return f"wrote {frame.height} rows to {path}"
     text = render(frame, fmt)
     if path is not None:
-        path.write_text(text)
+        write_output(path, text)
         return f"wrote {frame.height} rows to {path} ({fmt})"
     return text
 

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from trace_core.policy.config import TINY_WARM_DIR, ModelConfig
+from trace_core.policy.modeldir import check_model_dir
 
 __all__ = ["TINY_WARM_DIR", "ModelConfig", "build_model", "load_policy", "n_params", "qwen3_config"]
 
@@ -71,8 +72,10 @@ def load_policy(src: str | Path | ModelConfig | None = None, *, dtype: str | Non
         check_not_retired(path)  # removed by run.keep_checkpoints: say so
         hint = " (run `trace-rl warmup` to build the tiny checkpoint)" if cfg.path is None else ""
         raise FileNotFoundError(f"no model at {path}: config.json missing{hint}")
+    check_model_dir(path)  # safetensors and JSON only: a pickled weights file is refused
     torch_dtype = getattr(torch, dtype or cfg.dtype)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, local_files_only=True,
+                                                 use_safetensors=True)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if tokenizer.pad_token_id is None:  # real Qwen3 tokenizers have one; be safe for other models
         tokenizer.pad_token = tokenizer.eos_token

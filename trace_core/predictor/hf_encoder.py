@@ -34,10 +34,12 @@ class HFEncoderPredictor(HashedPredictor):
     def _load(self) -> None:
         from transformers import AutoModel, AutoTokenizer
 
-        path = self.config.encoder_path
+        from trace_core.policy.modeldir import check_model_dir
+
+        path = str(check_model_dir(self.config.encoder_path))  # safetensors and JSON only
         self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self._encoder = (
-            AutoModel.from_pretrained(path, local_files_only=True).to(self.config.encoder_device).eval()
+            AutoModel.from_pretrained(path, local_files_only=True, use_safetensors=True).to(self.config.encoder_device).eval()
         )
 
     @torch.no_grad()
