@@ -92,11 +92,30 @@ def catalog_sql(home_dir: str | Path) -> str:
     matches its schema shard, read without hive partitioning (every shard also stores its
     ``run_id`` and ``iteration`` columns). It answers the same; only Python queries (``query``)
     skip the other runs' files before reading them."""
+    guard = _home_guard(home_dir)
     text, n = _TABLE_VIEW.subn(lambda m: f"SELECT * FROM read_parquet('{m['dir']}/**/*.parquet', "
-                                         "hive_partitioning = false, union_by_name = true)", schema_sql(home_dir))
+                                         f"hive_partitioning = false, union_by_name = true) WHERE {guard}",
+                               schema_sql(home_dir))
     if n != len(TABLES):
         raise RuntimeError(f"sql/schema.sql: {n} table views in the expected form, {len(TABLES)} tables")
     return text
+
+
+def _home_guard(home_dir: str | Path) -> str:
+    """A condition true only where the catalogue file is open at the path it was built for.
+
+    The views hold absolute globs, so a copied or moved ``trace.duckdb`` would read the original
+    home's shards; DuckDB reports every attached file's real path (``duckdb_databases()``), so in
+    a copy the views refuse with one line naming the fix instead (any ``trace-rl`` command on the
+    copy rebuilds its catalogue for it)."""
+    built = str(catalog_path(Path(home_dir).resolve()))
+    if "'" in built:
+        raise ValueError(f"home path {built} holds a quote: it cannot sit in the catalogue's SQL")
+    here = built[: -len(CATALOG_FILE) - 1]
+    message = (f"this catalogue was built for {here}, not for the copy or move opened here: run "
+               "`trace-rl sql iteration_summary --home <this home>` once to rebuild it for this home")
+    return (f"(SELECT CASE WHEN count(*) FILTER (WHERE path = '{built}') > 0 THEN true "
+            f"ELSE error('{message}') END FROM duckdb_databases())")
 
 
 def schema_sha(home_dir: str | Path | None = None) -> str:

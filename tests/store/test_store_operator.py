@@ -147,3 +147,26 @@ def test_iteration_summary_has_the_accuracy_before_training(home):
     """Defect 8: the evaluation before training (evaluations, iteration 0) is in iteration_summary."""
     f = queries.run_named_query(home, "iteration_summary", run_id="r1")
     assert f.select("iteration", "accuracy_before", "accuracy").rows() == [(0, 0.3, 0.4), (1, None, 0.5)]
+
+
+def test_a_copied_catalogue_answers_for_its_own_home(home, tmp_path):
+    """A copy of a home (`cp -a`): DuckDB opening the copy's trace.duckdb refuses in one line
+    instead of reading the original's shards; once any command rebuilds it, it reads the copy's."""
+    assert store.ensure_catalog(home)
+    copy = tmp_path / "copy"
+    shutil.copytree(home, copy, symlinks=True)
+    ShardWriter(copy, "r9").write("nodes", pl.read_parquet(
+        copy / "shards" / "nodes" / "run_id=r2" / "iteration=00000" / "raw_rollouts.parquet",
+        hive_partitioning=False).with_columns(pl.lit("r9").alias("run_id")), iteration=0, stage="raw_rollouts")
+    sql = "select count(distinct run_id) as runs from nodes"
+    cli = [_duckdb_cli(), "-readonly", "-csv"]
+    out = subprocess.run([*cli, str(copy / "trace.duckdb"), "-c", sql], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and f"built for {home.resolve()}" in out.stderr and "--home" in out.stderr
+    original = subprocess.run([*cli, str(home / "trace.duckdb"), "-c", sql], capture_output=True, text=True,
+                              timeout=120)
+    assert original.returncode == 0, original.stderr
+    assert store.ensure_catalog(copy)
+    rebuilt = subprocess.run([*cli, str(copy / "trace.duckdb"), "-c", sql], capture_output=True, text=True,
+                             timeout=120)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert int(rebuilt.stdout.split()[1]) == int(original.stdout.split()[1]) + 1  # the copy's own run r9
