@@ -54,15 +54,30 @@ def _stoppable(after: str):
                 with stop_on_signals():
                     return fn(*args, **kwargs)
             except BaseException as err:  # noqa: BLE001 - re-raised unless it is a stop signal
-                signum = err.signum if isinstance(err, Interrupted) else getattr(err, "signal", None)
-                if type(err).__name__ != "TerminationSignal" and not isinstance(err, Interrupted):
-                    raise
-                if not isinstance(signum, int):
+                signum = _stop_signal(err, Interrupted)
+                if signum is None:
                     raise
             typer.secho(f"interrupted by {signal.Signals(signum).name}: {after}", fg=typer.colors.RED, err=True)
             raise typer.Exit(128 + signum)
         return run
     return wrap
+
+
+def _stop_signal(err: BaseException, interrupted: type) -> int | None:
+    """The stop signal behind ``err`` or an exception it was raised in handling (cleanup that
+    failed because a signal cut it short), else None: our ``Interrupted``, Prefect's
+    ``TerminationSignal``, or a plain ``KeyboardInterrupt`` (SIGINT met before our handler or
+    after a library restored Python's; click would turn it into "Aborted!" and exit 1)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, interrupted):
+            return seen.signum
+        if type(seen).__name__ == "TerminationSignal" and isinstance(getattr(seen, "signal", None), int):
+            return seen.signal
+        if isinstance(seen, KeyboardInterrupt):
+            return int(signal.SIGINT)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 RESUME = "run stopped; rerun with the same --run-id to resume"

@@ -85,7 +85,7 @@ def test_signal_stops_train_cleanly(tmp_path, sig):
         t1 = time.monotonic()
         rc = proc.wait(timeout=30)
         assert time.monotonic() - t1 < 20
-        assert rc == 128 + sig
+        assert rc == 128 + sig, "".join(lines[-30:])
         time.sleep(1)
         text = "".join(lines)
         assert f"interrupted by {sig.name}" in text and "Traceback" not in text, text[-3000:]
