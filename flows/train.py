@@ -143,7 +143,8 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
             history.append(row)
             timings.append(timing)
             scored = {r["iteration"]: r.get("accuracy") for r in history}  # retention: newest N + best
-            retire_checkpoints(ref.run_dir / "checkpoints", scored, cfg.run.keep_checkpoints, cfg.run.keep_best_checkpoint)
+            retire_checkpoints(ref.run_dir / "checkpoints", scored, cfg.run.keep_checkpoints,
+                               cfg.run.keep_best_checkpoint, newest=i)
         ensure_catalog(ref.home)  # current again if a damaged shard was left out at the start
         report = tracker.finish(history, checkpoint=checkpoint)
         return {"run_id": ref.run_id, "home": ref.home, "checkpoint": checkpoint, "iterations": history,

@@ -96,7 +96,10 @@ def assert_same_update(a: UpdateStats, b: UpdateStats, a_dir, b_dir, start_dir):
     assert oa["state"].keys() == ob["state"].keys()
     for i, st in oa["state"].items():
         assert torch.equal(st["step"], ob["state"][i]["step"])
-        assert torch.allclose(st["exp_avg"], ob["state"][i]["exp_avg"], atol=1e-8, rtol=1e-4)
+        # the ranks sum the gradient in another order: fp32 rounding is relative to the tensor's
+        # scale (one embedding moment of ~1e-2 differed by 3e-8), not to each element's
+        scale = float(st["exp_avg"].abs().max())
+        assert torch.allclose(st["exp_avg"], ob["state"][i]["exp_avg"], atol=1e-5 * scale + 1e-12, rtol=1e-4), i
 
 
 @pytest.fixture(scope="module")

@@ -63,3 +63,21 @@ def test_retired_checkpoints_leave_a_marker(tmp_path):
     save_checkpoint(root / "iter=00004", model, optimizer=opt, scheduler=sched)
     assert [p.name for p in retire_checkpoints(root, {1: 0.6, 2: 0.4}, keep_last=1)] == ["iter=00003"]
     assert retire_checkpoints(root, {1: 0.6, 2: 0.4}, keep_last=1) == []  # idempotent (a resume replays it)
+
+
+def test_a_replay_does_not_retire_checkpoints_it_has_not_reached(tmp_path):
+    """A resume replays iterations 0, 1, 2 with iter=00000..00002 on disk (0 already retired);
+    after replaying 0 only its accuracy is known: iteration 1, the best, must not be retired then
+    for want of a score that the replay of iteration 1 is about to give."""
+    model = spread_model(seed=3)
+    root = tmp_path / "checkpoints"
+    for i in range(3):
+        save_checkpoint(root / f"iter={i:05d}", model)
+    acc = {0: 0.5, 1: 0.5, 2: 0.42}
+    assert [p.name for p in retire_checkpoints(root, {0: 0.5}, 1, newest=0)] == []
+    assert [p.name for p in retire_checkpoints(root, {0: 0.5, 1: 0.5}, 1, newest=1)] == ["iter=00000"]
+    assert retire_checkpoints(root, acc, 1, newest=2) == []  # 2 newest, 1 best (the newer of a tie)
+    for i in (0, 1, 2):  # the replay: the same calls again change nothing
+        assert retire_checkpoints(root, {k: v for k, v in acc.items() if k <= i}, 1, newest=i) == []
+    assert [is_retired(root / f"iter={i:05d}") for i in range(3)] == [True, False, False]
+

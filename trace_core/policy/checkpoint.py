@@ -329,18 +329,21 @@ def retire_checkpoint(path: str | Path, reason: str) -> None:
 
 
 def retire_checkpoints(root: str | Path, accuracy: dict[int, float], keep_last: int | None,
-                       keep_best: bool = True) -> list[Path]:
+                       keep_best: bool = True, newest: int | None = None) -> list[Path]:
     """Apply retention to the ``iter=NNNNN`` checkpoints under ``root`` (a run's checkpoint
     directory) after an iteration has finished and been recorded; returns those retired now.
 
     Call it only once the newest checkpoint's iteration is recorded: the next iteration (and a
     resume after a crash in it) starts from the newest, which is always kept. Retired ones stay
-    retired (a later, better accuracy does not bring one back)."""
+    retired (a later, better accuracy does not bring one back). ``newest``: the iteration just
+    recorded; checkpoints after it (a resume replaying iterations whose later checkpoints are
+    already on disk, their accuracies not yet replayed) are left alone."""
     root = Path(root)
     if keep_last is None or not root.is_dir():
         return []
     live = {int(p.name[5:]): p for p in root.glob("iter=*")
-            if p.is_dir() and p.name[5:].isdigit() and not is_retired(p)}
+            if p.is_dir() and p.name[5:].isdigit() and not is_retired(p)
+            and (newest is None or int(p.name[5:]) <= newest)}
     keep = checkpoints_to_keep(list(live), accuracy, keep_last, keep_best)
     retired = []
     for i in sorted(set(live) - keep):
