@@ -82,7 +82,7 @@ def check_added_ids(tokenizer: Any) -> None:
 
 
 def build_qwen3_dir(out: str | Path, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
-                    num_kv_heads: int = 2, head_dim: int = 16, intermediate_size: int = 192,
+                    num_kv_heads: int = 2, head_dim: int = 64, intermediate_size: int = 192,
                     max_position_embeddings: int = 32_768, tie_embeddings: bool = False, seed: int = 0) -> Path:
     """Write tokenizer files and a random ``Qwen3ForCausalLM`` (float32, ``QWEN3_VOCAB_ROWS`` rows)
     into ``out``. Untied embeddings by default, as Qwen3-8B and 14B have (two 151,936-row tables)."""
