@@ -94,6 +94,27 @@ def warmup(
     typer.echo(json.dumps({k: recipe.get(k) for k in ("steps_done", "final_loss", "tokens_per_s", "train_s")}))
 
 
+@app.command()
+def plan(
+    config: Path = ConfigOpt,
+    set_: list[str] = SetOpt,
+    gpu_gib: float = typer.Option(80.0, "--gpu-gib", min=1.0, max=4096.0, help="Memory of one GPU in GiB."),
+) -> None:
+    """Capacity plan before any run: memory per GPU of the update and of the vLLM engine, tokens per
+    iteration, whether the config fits, every assumption stated. Exit 1 when it does not fit."""
+    from trace_core.capacity_report import plan as capacity_plan
+    from trace_core.config import load_train_config
+    from trace_core.config_io import ConfigError
+
+    try:
+        cfg = load_train_config(config or DEFAULT_CONFIG, set_ or [])
+        result = capacity_plan(cfg, gpu_gib=gpu_gib, source=str(config or DEFAULT_CONFIG))
+    except (ConfigError, ValueError, OSError) as err:
+        _fail(err)
+    typer.echo(result.text)
+    raise typer.Exit(0 if result.fits else 1)
+
+
 @app.command("qwen3-toy")
 def qwen3_toy(
     out: Path = typer.Option(..., "--out", help="Model directory to write (tokenizer files, config.json, "
