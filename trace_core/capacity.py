@@ -15,10 +15,10 @@ DDP keeps everything whole and adds its gradient buckets (another 4 B a paramete
 Activations, per token of one micro-batch (counted from the tensors autograd saves in a Qwen3
 decoder block, ``tests/test_capacity.py``), in floats: ``6h + 4I + 4q + 4kv + 2·heads + kv_heads + 2``
 a block without checkpointing, ``h`` with it (plus one block recomputed in backward), ``4h`` after
-the last block, and the vocabulary log-softmax: ``V`` saved without chunking, and three
-``positions × V`` float32 tensors alive at its peak (logits, scaled logits, log-probs in forward;
-log-probs and two gradients in backward), positions = the micro-batch's tokens or
-``micro_batch × logprob_chunk``. Attention is assumed flash-style (no L² term: true of SDPA on CPU
+the last block, and the vocabulary log-softmax: three ``positions × V`` float32 tensors alive at
+its peak (logits, scaled logits, log-probs in forward; the saved log-probs and two gradients in
+backward), positions = the micro-batch's tokens or ``micro_batch × logprob_chunk`` (measured: 3.0
+copies at 2,048 tokens of the 151,936 vocabulary). Attention is assumed flash-style (no L² term: true of SDPA on CPU
 and of the flash / memory-efficient kernels on GPU).
 """
 
@@ -96,13 +96,16 @@ _HF = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value
 
 
 def model_shape(cfg: TrainConfig) -> tuple[Shape, str]:
-    """``(shape, where it came from)``: the model directory's config.json, else a known Qwen3 size
-    named by the directory (the plan runs before the model is copied), else the config's sizes."""
+    """``(shape, where it came from)``: the config.json of the model the run loads (``model.path``, or
+    the shipped checkpoint), else a known Qwen3 size named by the directory (the plan runs before the
+    model is copied there)."""
+    from trace_core.policy.config import TINY_WARM_DIR
+
     m = cfg.model
-    if m.path is None:
+    path = Path(m.path) if m.path else TINY_WARM_DIR  # what the run loads
+    if m.path is None and not (path / "config.json").is_file():
         return Shape(m.hidden_size, m.num_layers, m.num_heads, m.num_kv_heads, m.head_dim, m.intermediate_size,
                      m.vocab_size, m.tie_embeddings), "the model section's sizes"
-    path = Path(m.path)
     if (path / "config.json").is_file():
         hf = json.loads((path / "config.json").read_text())
         hf.setdefault("head_dim", hf["hidden_size"] // hf["num_attention_heads"])
@@ -150,7 +153,7 @@ def update_memory(shape: Shape, *, tokens: int, micro_batch: int, world_size: in
         floats = shape.layers * shape.hidden + per_block  # block inputs + one block recomputed
     else:
         floats = shape.layers * per_block
-    floats += 4 * shape.hidden + (0 if chunk else shape.vocab)
+    floats += 4 * shape.hidden  # the saved log-probs are the log-prob peak's (below)
     terms["activations"] = act_bytes * tokens * floats
     positions = min(tokens, micro_batch * chunk) if chunk else tokens
     terms["log-prob peak"] = 3 * 4 * positions * shape.vocab  # float32 whatever the autocast
