@@ -184,8 +184,13 @@ class Rehearsal:
                                 f"model.enable_thinking={'true' if thinking else 'false'}"]
                   # thinking on: the same path once more, without the held-out evaluations (minutes on CPU)
                   + (["run.eval_tasks=0"] if thinking else [])}
-        env = {"RAY_ADDRESS": f"127.0.0.1:{self.ports['ray']}", "HF_HUB_OFFLINE": "1",
-               "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_NUM_THREADS": "1"}
+        import yaml
+
+        deployments = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+        env = next(d for d in deployments if d["name"] == DEPLOYMENT.split("/")[1])["work_pool"]["job_variables"]["env"]
+        # machine: this head's address (the machine may hold other Ray clusters), no GPU, one thread
+        env = {**env, "RAY_ADDRESS": f"127.0.0.1:{self.ports['ray']}", "CUDA_VISIBLE_DEVICES": "",
+               "OMP_NUM_THREADS": "1"}
         out = self.run(str(BIN / "prefect"), "deployment", "run", DEPLOYMENT, "--params", json.dumps(params),
                        "--job-variable", f"command={sys.executable} -m prefect.engine",
                        "--job-variable", f"env={json.dumps(env)}")
