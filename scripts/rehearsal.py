@@ -82,7 +82,7 @@ class Rehearsal:
         self.procs.append((name, proc))
         return proc
 
-    def wait_http(self, url: str, proc: subprocess.Popen, name: str, timeout: float = 240) -> None:
+    def wait_http(self, url: str, proc: subprocess.Popen, name: str, timeout: float = 900) -> None:
         import httpx
 
         deadline = time.monotonic() + timeout
