@@ -95,3 +95,13 @@ def test_the_rehearsal_config_is_qwen3_8b_but_for_what_the_machine_forces():
     assert (cfg.model.chat_template, cfg.env.prompt_style, cfg.run.engine) == ("tokenizer", "full", "vllm")
     assert (cfg.update.strategy, cfg.update.gradient_checkpointing, cfg.update.logprob_chunk) == ("fsdp", True, 1024)
     assert cfg.tracking.registered_model_name == "qwen3-8b-trace" and cfg.data.enabled
+
+
+@pytest.mark.parametrize("name", [*QWEN, "qwen3-rehearsal.yaml"])
+def test_a_registered_model_has_time_to_upload_before_the_run_ends(name):
+    """The registered model is the whole checkpoint, uploaded to the tracking server when the run
+    finishes; the tracker waits tracking.finish_timeout_s (default 30 s) and then leaves what is unsent
+    for a later session. The rehearsal's 96 MB toy already missed 30 s on a loaded CPU (the MLflow run
+    stayed RUNNING, no model version); Qwen3-8B's weights are 16 GB."""
+    cfg = load_train_config(ROOT / "configs" / name)
+    assert cfg.tracking.registered_model_name and cfg.tracking.finish_timeout_s >= 1800
