@@ -102,6 +102,9 @@ def build_qwen3_dir(out: str | Path, *, hidden_size: int = 64, num_layers: int =
     model.generation_config.eos_token_id = [tok.eos_token_id, tok.pad_token_id]  # <|im_end|>, <|endoftext|>
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.bos_token_id = model.config.bos_token_id
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()  # no "Writing model shards" bar, whenever huggingface_hub was imported
     model.save_pretrained(str(out), safe_serialization=True)
     tok.save_pretrained(str(out))
     (out / "QWEN3_SHAPE.json").write_text(json.dumps({
