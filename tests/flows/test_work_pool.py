@@ -131,3 +131,16 @@ def test_tiny_deployment_runs_on_process_pool(tmp_path):
     finally:
         for proc in reversed(procs):
             _stop(proc)
+
+
+def test_the_ray_deployments_join_a_token_authenticated_cluster():
+    """Ray 2.60's `ray start --head` turns token authentication on; a flow joining it through
+    RAY_ADDRESS is refused (InvalidAuthToken) unless its environment asks for token mode too (found
+    by scripts/rehearsal.py, which runs qwen3-8b-weekly against such a head)."""
+    import yaml
+
+    deployments = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+    joining = [d for d in deployments if "RAY_ADDRESS" in d["work_pool"]["job_variables"].get("env", {})]
+    assert [d["name"] for d in joining] == ["qwen3-8b-weekly"]
+    for d in joining:
+        assert d["work_pool"]["job_variables"]["env"].get("RAY_AUTH_MODE") == "token", d["name"]

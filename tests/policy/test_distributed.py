@@ -180,3 +180,14 @@ def test_update_stage_launches_fsdp_with_kl(tmp_path):
     assert_same_update(single.stats, multi.stats, Path(single.checkpoint), multi_dir, Path(ckpt))
     assert load_trainer_state(multi_dir / "trainer_state.safetensors")["cursor"] == {"iteration": 1}
     live._CACHE.clear()
+
+
+def test_a_config_without_run_threads_makes_a_valid_job():
+    """``run.threads`` defaults to 0 (torch's default), which the update stage passes on as the job's
+    threads: configs/qwen3-8b.yaml sets no threads, and its first fsdp update failed validating the job."""
+    from trace_core.config import TrainConfig
+
+    cfg = TrainConfig.model_validate({"update": {"strategy": "fsdp", "world_size": 2}})
+    job = UpdateJob(checkpoint="c", out="o", reference=None, update=cfg.update, seed=0, torch_seed=0, pad_id=0,
+                    cursor={"iteration": 1}, threads=cfg.run.threads)
+    assert job.threads == 0

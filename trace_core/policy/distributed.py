@@ -61,7 +61,8 @@ class UpdateJob(BaseModel):
     torch_seed: int = Field(0, ge=0, description="torch.manual_seed before the update.")
     pad_id: int = Field(ge=0)
     cursor: dict[str, Any] = Field(default_factory=dict, description="Saved with the trainer state.")
-    threads: int | None = Field(None, ge=1, le=256, description="torch CPU threads per rank.")
+    threads: int | None = Field(None, ge=0, le=1024, description="torch CPU threads per rank (run.threads: "
+                                "0 or None = torch's default, one OpenMP thread).")
 
 
 # ----------------------------------------------------------------------------- batch file
