@@ -141,3 +141,26 @@ def test_equal_tokens_budget(one_iteration):
         assert roots.budget == int(round(want))
         assert roots.root_budget_used <= roots.root_budget <= roots.budget
     assert it.allocate_roots(ref, cfg, 1, res.predictor).budget == cfg.allocation.budget_total
+
+
+def test_stratified_plan_gives_each_family_its_share(one_iteration):
+    """allocation.stratify=task on real candidates and raw rollouts: the roots, the continuations and
+    the second wave of each family stay within its share of the budget (its share of the pool)."""
+    from trace_core.allocation.planner import split_budget
+
+    cfg, ref, res = one_iteration
+    scfg = cfg.model_copy(update={"allocation": cfg.allocation.model_copy(update={"stratify": "task"})})
+    roots = it.allocate_roots(ref, scfg, 0, res.predictor)
+    prompts = pl.read_parquet(roots.prompts)
+    fams = list(dict.fromkeys(prompts["task"].to_list()))
+    share = dict(zip(fams, split_budget(scfg.allocation.budget_total,
+                                        [prompts.filter(pl.col("task") == f).height for f in fams]), strict=True))
+    raw = it.generate_raw_rollouts(ref, scfg, 0, initial_checkpoint(scfg), roots)
+    prefixes = it.score_prefixes(ref, scfg, 0, res.predictor, roots, raw)
+    nodes = pl.read_parquet(raw.path)
+    k = pl.read_parquet(prefixes.path).join(nodes.select("node_id", "task"), on="node_id")
+    wave = pl.read_parquet(prefixes.refill_prompts) if prefixes.refill_prompts else prompts.with_columns(m_alloc=0)
+    for f in fams:
+        spent = (prompts.filter(pl.col("task") == f)["m_alloc"].sum() + wave.filter(pl.col("task") == f)["m_alloc"].sum()
+                 + k.filter(pl.col("task") == f)["k"].sum())
+        assert spent <= share[f], (f, spent, share)

@@ -176,3 +176,69 @@ def test_leftover_goes_where_it_is_worth_most():
     m2, extra = trace.spend_leftover(np.array([0.5, 0.5]), np.array([False, False]), np.array([0.99]), r,
                                      np.array([0]), 8, cfg)
     assert m2.sum() == 8 and extra.sum() == 0
+
+
+def test_split_budget_is_proportional_and_exact():
+    from trace_core.allocation.planner import split_budget
+
+    assert split_budget(768, [128, 128, 128]).tolist() == [256, 256, 256]
+    assert split_budget(10, [1, 1, 1]).tolist() == [4, 3, 3]  # largest remainder, ties to the first
+    assert split_budget(7, [0, 5, 2]).tolist() == [0, 5, 2]
+    assert split_budget(5, []).tolist() == []
+
+
+def _skewed_pool(rng, n=120):
+    """One family (qa) whose prompts all sit near v = 0.5 and two (math, fc) of sure prompts, with a
+    few doubtful ones: unstratified TRACE spends nearly everything on qa."""
+    fam = np.array(["qa", "math", "fc"] * (n // 3))
+    v = np.where(fam == "qa", 0.45 + 0.1 * rng.random(n), np.where(rng.random(n) < 0.8, 0.97, 0.6))
+    return v, fam
+
+
+@pytest.mark.parametrize("name", ["trace", "trace-root", "pcl"])
+def test_stratify_by_task_gives_every_family_its_share(name):
+    from trace_core.allocation.planner import plan_roots
+
+    rng = np.random.default_rng(0)
+    v, fam = _skewed_pool(rng)
+    cfg = AllocationConfig(strategy=name, budget_total=120, group_size=4, max_per_prompt=4)
+    flat = plan_roots(v, cfg, np.random.default_rng(1), strata=fam.tolist())  # stratify none: labels ignored
+    split = plan_roots(v, cfg.model_copy(update={"stratify": "task"}), np.random.default_rng(1), strata=fam.tolist())
+    share = {f: split.m[fam == f].sum() for f in ("qa", "math", "fc")}
+    assert flat.m[fam == "qa"].sum() > 0.8 * flat.used  # the skew stratification removes
+    assert all(share[f] > 0.2 * split.used for f in share), share
+    assert split.used <= split.budget <= cfg.budget_total
+    assert (split.m[(fam == "math") & (v > 0.9)] == 0).sum() >= 1  # still chooses within a family
+
+
+def test_stratified_prefix_plan_spends_each_share_within_its_stratum():
+    from trace_core.allocation.planner import plan_prefixes, plan_roots
+
+    rng = np.random.default_rng(3)
+    v, fam = _skewed_pool(rng)
+    cfg = AllocationConfig(strategy="trace", budget_total=120, max_per_prompt=4, stratify="task")
+    roots = plan_roots(v, cfg, rng, strata=fam.tolist())
+    owner = np.repeat(np.arange(len(v)), roots.m)  # one open prefix per raw rollout
+    r = (rng.random(owner.size) < v[owner]).astype(float)
+    vp = np.where(r > 0.5, 0.7, 0.3)
+    plan = plan_prefixes(roots, v, vp, r, np.ones(owner.size), np.ones(owner.size), int(roots.m.sum()), cfg, rng,
+                         strata=fam.tolist(), prefix_strata=fam[owner].tolist())
+    for f in ("qa", "math", "fc"):
+        spent = roots.m[fam == f].sum() + plan.second_wave[fam == f].sum() + plan.k[fam[owner] == f].sum()
+        assert spent <= 40, (f, spent)  # its third of 120, no more
+    assert plan.continuations + plan.wave_rollouts <= plan.budget
+    assert not ((roots.m > 0) & (plan.second_wave > 0)).any()
+    with pytest.raises(ValueError, match="prefix_strata"):
+        plan_prefixes(roots, v, vp, r, np.ones(owner.size), np.ones(owner.size), int(roots.m.sum()), cfg, rng,
+                      strata=fam.tolist(), prefix_strata=["qa"])
+
+
+def test_uniform_strategies_ignore_stratify():
+    from trace_core.allocation.planner import plan_roots
+
+    v, fam = _skewed_pool(np.random.default_rng(0))
+    for name in ("grpo", "dapo", "treepo"):
+        cfg = AllocationConfig(strategy=name, budget_total=64, group_size=4)
+        a = plan_roots(v, cfg, np.random.default_rng(1), strata=fam.tolist())
+        b = plan_roots(v, cfg.model_copy(update={"stratify": "task"}), np.random.default_rng(1), strata=fam.tolist())
+        assert a.m.tolist() == b.m.tolist()

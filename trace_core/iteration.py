@@ -157,7 +157,8 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     if cfg.allocation.budget_tokens is not None:
         budget = iteration_budget(cfg.allocation, iteration, *spent_tokens(ref, iteration))
     alloc = cfg.allocation.model_copy(update={"budget_total": budget})
-    plan = plan_roots(v, alloc, rng, previous_continuations=previous_continuations(ref, iteration))
+    plan = plan_roots(v, alloc, rng, previous_continuations=previous_continuations(ref, iteration),
+                      strata=strata_labels(cfg, [t.family for t in tasks], [t.difficulty for t in tasks]))
     utility = root_utility(v, plan.m)
     prompts = pl.DataFrame({
         "run_id": ref.run_id, "strategy": cfg.allocation.strategy, "iteration": iteration,
@@ -209,6 +210,17 @@ def _prefix_values(pred, nodes: pl.DataFrame, cands: pl.DataFrame, cfg: TrainCon
     return v_node, flip, r, np.where(r > 0.5, 1.0 - flip, flip)
 
 
+def strata_labels(cfg: TrainConfig, families, difficulties) -> list[str] | None:
+    """The planner's stratum per candidate or prefix (``allocation.stratify``): the task family, or
+    the (family, difficulty) cell; None without stratification."""
+    how = cfg.allocation.stratify
+    if how == "none":
+        return None
+    if how == "task":
+        return [str(f) for f in families]
+    return [f"{f}:{d}" for f, d in zip(families, difficulties, strict=True)]
+
+
 def _root_plan(cfg: TrainConfig, roots: RootAllocation, prompts: pl.DataFrame) -> RootPlan:
     """The first wave's plan as stage 2 recorded it (``RootAllocation`` + its prompts shard)."""
     return RootPlan(m=prompts["m_alloc"].to_numpy().astype(np.int64), budget=roots.root_budget,
@@ -238,7 +250,9 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     plan = plan_prefixes(_root_plan(cfg, roots, prompts), prompts["v_pred"].to_numpy(), v, r, depth,
                          np.maximum(cfg.env.max_turns - depth, 1), raw.trajectories, _allocation(cfg, roots),
                          np.random.default_rng(iteration_seed(cfg, iteration, "prefixes")),
-                         zero_variance_groups=_zero_variance_groups(nodes))
+                         zero_variance_groups=_zero_variance_groups(nodes),
+                         strata=strata_labels(cfg, prompts["task"].to_list(), prompts["difficulty"].to_list()),
+                         prefix_strata=strata_labels(cfg, cands["task"].to_list(), cands["difficulty"].to_list()))
     alloc = pl.DataFrame({"node_id": cands["node_id"], "v_pred": v_node, "flip": flip, "r": r, "k": plan.k,
                           "utility": prefix_utility(v, r, plan.k) if len(plan.k) else np.zeros(0)},
                          schema_overrides={"k": pl.Int64})

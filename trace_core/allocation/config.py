@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 Objective = Literal["groups", "trajectories"]
 OBJECTIVES: tuple[str, ...] = ("groups", "trajectories")
+Stratify = Literal["none", "task", "cell"]
 
 
 class AllocationConfig(BaseModel):
@@ -59,6 +60,15 @@ class AllocationConfig(BaseModel):
     dapo_refill: bool = Field(
         True, description="dapo: refill each zero-variance raw group with a fresh prompt's group in a second "
         "wave (dynamic sampling, one round; the extra trajectories and tokens are counted against it).")
+    stratify: Stratify = Field(
+        "none",
+        description="Breadth for the strategies that choose prompts by predicted value (pcl, trace, "
+        "trace-root): 'task' splits the iteration's budget across task families, 'cell' across (family, "
+        "difficulty) cells, each in proportion to its share of the candidate pool, and the strategy spends "
+        "each share within its stratum (roots, continuations and second wave alike). Without it, a family "
+        "whose prompts all sit near v = 0.5 can take nearly the whole budget and the others are forgotten. "
+        "The uniform strategies take the stream in order (already a mix) either way.",
+    )
     group_size: int = Field(8, ge=1, le=4096, description="Rollouts per prompt of the uniform strategies (n).")
     max_per_prompt: int = Field(8, ge=1, le=4096, description="Largest m of TRACE root allocation (M).")
     min_active: int = Field(

@@ -18,6 +18,12 @@ because the second needs the raw rollouts' outcomes:
    all-success / all-failure raw group with a fresh prompt's group in that second wave, and pays
    for it: the over-sampled trajectories and tokens count against the strategy.
 
+Breadth (``allocation.stratify``): for the strategies that choose prompts by predicted value
+(``Strategy.stratifies``), both steps run once per stratum — a task family or a (family,
+difficulty) cell — on that stratum's share of ``B`` (its share of the candidates, largest
+remainder; ``split_budget``), so that no family whose prompts all look near v = 0.5 takes the
+whole budget. Each stratum keeps its own reserve, price and second wave.
+
 Pure (numpy in, frozen dataclasses out, no I/O): ``trace_core.iteration`` calls it with the
 predictor's values, ``trace_core.simulate`` with oracle-noised ones, so the simulator runs the
 same decisions as the training flow. Strategy-specific rules stay in the strategy registry
@@ -93,29 +99,87 @@ def wanted_reserve(cfg: AllocationConfig, previous_continuations: int | None) ->
     return int(np.ceil(cfg.reserve_slack * previous_continuations))
 
 
+def split_budget(budget: int, counts) -> np.ndarray:
+    """``budget`` split in proportion to ``counts`` (largest remainder; ties to the earlier stratum)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.size == 0 or counts.sum() <= 0:
+        return np.zeros(counts.size, dtype=np.int64)
+    exact = budget * counts / counts.sum()
+    out = np.floor(exact).astype(np.int64)
+    short = int(budget - out.sum())
+    if short > 0:
+        out[np.argsort(-(exact - out), kind="stable")[:short]] += 1
+    return out
+
+
+def strata_groups(cfg: AllocationConfig, strat: Strategy, strata, n: int) -> list[tuple[object, np.ndarray]] | None:
+    """(label, candidate indices) per stratum, in first-appearance order; None when the plan is not
+    split (``stratify: none``, a strategy that takes the stream, or no labels given)."""
+    if cfg.stratify == "none" or not strat.stratifies or strata is None:
+        return None
+    labels = list(strata)
+    if len(labels) != n:
+        raise ValueError(f"strata has {len(labels)} labels for {n} candidates")
+    order: dict[object, list[int]] = {}
+    for i, lab in enumerate(labels):
+        order.setdefault(lab, []).append(i)
+    return [(lab, np.asarray(ix, dtype=np.int64)) for lab, ix in order.items()]
+
+
+def _sub(cfg: AllocationConfig, budget: int) -> AllocationConfig:
+    return cfg.model_copy(update={"budget_total": int(budget)})
+
+
 def plan_roots(v_root: np.ndarray, cfg: AllocationConfig, rng: np.random.Generator, *,
-               previous_continuations: int | None = None, strategy: Strategy | None = None) -> RootPlan:
+               previous_continuations: int | None = None, strategy: Strategy | None = None,
+               strata=None) -> RootPlan:
     """The first root wave over candidates with predicted success ``v_root`` (C,).
 
     ``previous_continuations``: continuations the previous iteration bought (None at iteration 0);
-    it sets the one-price reserve."""
+    it sets the one-price reserve. ``strata``: (C,) labels (task family or cell) for
+    ``allocation.stratify``; each stratum plans on its share of the budget (the reserve asked of it:
+    its share of ``previous_continuations``), and the recorded price is the lowest stratum's."""
     strat = strategy or get_strategy(cfg.strategy)
-    budget = strat.root_budget(cfg, wanted_reserve(cfg, previous_continuations))
-    m = np.asarray(strat.allocate_roots(v_root, cfg, rng, budget=budget), dtype=np.int64)
-    return RootPlan(m=m, budget=int(budget), reserve=int(cfg.budget_total - budget),
-                    price=float(strat.root_threshold(v_root, m, cfg)))
+    v_root = np.asarray(v_root, dtype=np.float64)
+    groups = strata_groups(cfg, strat, strata, len(v_root))
+    if groups is None:
+        budget = strat.root_budget(cfg, wanted_reserve(cfg, previous_continuations))
+        m = np.asarray(strat.allocate_roots(v_root, cfg, rng, budget=budget), dtype=np.int64)
+        return RootPlan(m=m, budget=int(budget), reserve=int(cfg.budget_total - budget),
+                        price=float(strat.root_threshold(v_root, m, cfg)))
+    m = np.zeros(len(v_root), dtype=np.int64)
+    budget, prices = 0, []
+    for (_, ix), b in zip(groups, split_budget(cfg.budget_total, [len(ix) for _, ix in groups]), strict=True):
+        if b < 1:
+            continue
+        sub = _sub(cfg, b)
+        prev = None if previous_continuations is None else previous_continuations * b / cfg.budget_total
+        rb = strat.root_budget(sub, wanted_reserve(sub, prev))
+        m[ix] = np.asarray(strat.allocate_roots(v_root[ix], sub, rng, budget=rb), dtype=np.int64)
+        budget += int(rb)
+        prices.append(float(strat.root_threshold(v_root[ix], m[ix], sub)))
+    return RootPlan(m=m, budget=budget, reserve=int(cfg.budget_total - budget), price=min(prices, default=0.0))
 
 
 def plan_prefixes(roots: RootPlan, v_root: np.ndarray, v_prefix: np.ndarray, r: np.ndarray, depth: np.ndarray,
                   remaining_turns: np.ndarray, raw_trajectories: int, cfg: AllocationConfig,
                   rng: np.random.Generator, *, zero_variance_groups: int = 0,
-                  strategy: Strategy | None = None) -> PrefixPlan:
+                  strategy: Strategy | None = None, strata=None, prefix_strata=None) -> PrefixPlan:
     """Continuations per open prefix (``v_prefix``, ``r``, ``depth``, ``remaining_turns``: (P,)) and
     the second root wave, with the ``B − raw_trajectories`` the raw rollouts left.
 
     ``zero_variance_groups``: raw root groups whose rewards all agree; a dynamic-sampling strategy
-    (dapo) refills them with as many fresh groups in the second wave, paid on top of ``B``."""
+    (dapo) refills them with as many fresh groups in the second wave, paid on top of ``B``.
+    ``strata`` (C,) / ``prefix_strata`` (P,): the labels of ``plan_roots``; each stratum spends its
+    share of ``B`` less its raw rollouts, at its own roots' price."""
     strat = strategy or get_strategy(cfg.strategy)
+    groups = strata_groups(cfg, strat, strata, len(v_root))
+    if groups is not None:
+        plan = _plan_prefixes_by_stratum(groups, roots, np.asarray(v_root, dtype=np.float64), v_prefix, r, depth,
+                                         remaining_turns, raw_trajectories, cfg, rng, strat, prefix_strata)
+        refill = np.asarray(strat.refill(len(v_root), (roots.m > 0) | (plan.second_wave > 0), zero_variance_groups,
+                                         cfg), dtype=np.int64)
+        return PrefixPlan(k=plan.k, second_wave=plan.second_wave + refill, budget=plan.budget, priced=plan.priced)
     budget = max(cfg.budget_total - int(raw_trajectories), 0)
     k = np.asarray(strat.allocate_prefixes(v_prefix, r, depth, remaining_turns, budget, cfg, rng,
                                            min_gain=roots.price), dtype=np.int64)
@@ -125,3 +189,32 @@ def plan_prefixes(roots: RootPlan, v_root: np.ndarray, v_prefix: np.ndarray, r: 
     m2 = np.asarray(m2, dtype=np.int64)
     m2 = m2 + np.asarray(strat.refill(len(v_root), taken | (m2 > 0), zero_variance_groups, cfg), dtype=np.int64)
     return PrefixPlan(k=k + np.asarray(extra, dtype=np.int64), second_wave=m2, budget=budget, priced=priced)
+
+
+def _plan_prefixes_by_stratum(groups, roots: RootPlan, v_root, v_prefix, r, depth, remaining_turns,
+                              raw_trajectories: int, cfg: AllocationConfig, rng, strat: Strategy,
+                              prefix_strata) -> PrefixPlan:
+    v_prefix, r, depth, remaining_turns = (np.asarray(a) for a in (v_prefix, r, depth, remaining_turns))
+    labels = [] if prefix_strata is None else list(prefix_strata)
+    if len(labels) != len(v_prefix):
+        raise ValueError(f"prefix_strata has {len(labels)} labels for {len(v_prefix)} prefixes")
+    labels_arr = np.empty(len(labels), dtype=object)
+    labels_arr[:] = labels
+    k = np.zeros(len(v_prefix), dtype=np.int64)
+    extra = np.zeros(len(v_prefix), dtype=np.int64)
+    m2 = np.zeros(len(v_root), dtype=np.int64)
+    priced = 0
+    for (lab, ix), b in zip(groups, split_budget(cfg.budget_total, [len(ix) for _, ix in groups]), strict=True):
+        pix = np.flatnonzero(labels_arr == lab) if len(labels_arr) else np.zeros(0, dtype=np.int64)
+        left = max(int(b) - int(roots.m[ix].sum()), 0)
+        if b < 1 or (left < 1 and pix.size == 0):
+            continue
+        sub = _sub(cfg, b)
+        price = float(strat.root_threshold(v_root[ix], roots.m[ix], sub))
+        ks = np.asarray(strat.allocate_prefixes(v_prefix[pix], r[pix], depth[pix], remaining_turns[pix], left, sub,
+                                                rng, min_gain=price), dtype=np.int64)
+        mw, xs = strat.spend_leftover(v_root[ix], roots.m[ix] > 0, v_prefix[pix], r[pix], ks, left - int(ks.sum()), sub)
+        k[pix], extra[pix], m2[ix] = ks, np.asarray(xs, dtype=np.int64), np.asarray(mw, dtype=np.int64)
+        priced += int(ks.sum())
+    return PrefixPlan(k=k + extra, second_wave=m2, budget=max(cfg.budget_total - int(raw_trajectories), 0),
+                      priced=priced)

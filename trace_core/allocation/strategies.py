@@ -27,6 +27,10 @@ trace-root       exact TRACE root allocation            random (as treepo): root
 trace-prefix     uniform (as treepo)                    exact TRACE prefix allocation
 ===============  =====================================  =====================================
 
+``allocation.stratify`` (``task`` or ``cell``) applies to the strategies that choose prompts by
+predicted value (``Strategy.stratifies``: pcl, trace, trace-root): the planner runs them once per
+stratum on its share of the budget (``planner.split_budget``); the others take the stream.
+
 ``treepo`` / ``trace-root`` / ``trace-prefix`` / ``trace`` is the paper's 2x2 ablation
 (uniform/uniform, root only, prefix only, both) at one budget split. The exact TRACE stages
 maximise the config's ``root_objective`` / ``prefix_objective``: the trajectories in contrastive
@@ -148,6 +152,7 @@ class Strategy:
     has_extensions: ClassVar[bool] = False
     shares_price: ClassVar[bool] = False  # trace: one threshold across roots and continuations
     drop_zero_variance: ClassVar[bool] = False  # dapo: zero-variance groups leave the update
+    stratifies: ClassVar[bool] = False  # chooses prompts by predicted value: allocation.stratify applies
 
     def one_price(self, cfg: AllocationConfig) -> bool:
         return self.shares_price and cfg.root_share is None
@@ -230,6 +235,8 @@ class Dapo(Strategy):
 class Pcl(Strategy):
     """Root only: the prompts whose predicted v is closest to 0.5, ``n`` rollouts each."""
 
+    stratifies = True
+
     def allocate_roots(self, v_pred, cfg, rng, budget=None):
         return pcl_roots(np.asarray(v_pred), self.root_budget(cfg) if budget is None else budget, cfg.group_size)
 
@@ -245,6 +252,7 @@ class Trace(_TracePrefix):
     second root wave with what is left (one price; a set ``root_share`` fixes the split instead)."""
 
     shares_price = True
+    stratifies = True
     allocate_roots = _trace_root
 
     def root_threshold(self, v_pred, m, cfg):
@@ -280,6 +288,7 @@ class Trace(_TracePrefix):
 class TraceRoot(_RandomBranching):
     """Ablation: TRACE root allocation, random (treepo) prefix branching."""
 
+    stratifies = True
     allocate_roots = _trace_root
 
 
