@@ -31,6 +31,14 @@ class AllocationConfig(BaseModel):
         "refills priced alike, by what they cost), within [0.5, 2] x budget_tokens / that price; "
         "budget_total is iteration 0's. None: budget_total trajectories every iteration.",
     )
+    effective_batch: int | None = Field(
+        None, ge=1, le=100_000,
+        description="Size each iteration by what the update learns from: the trajectories with a non-zero "
+        "advantage it should get. Each iteration after the first buys effective_batch / the previous "
+        "iteration's effective ratio trajectories, within [budget_total / 4, budget_total] (budget_total is "
+        "iteration 0's and the cap): a strategy that wastes less buys a smaller batch for the same update "
+        "and takes more optimizer steps per generated token. None: budget_total every iteration.",
+    )
     root_share: float | None = Field(
         None, gt=0.0, le=1.0,
         description="Fraction of the budget spent on raw rollouts by strategies with an extension stage. "
@@ -112,6 +120,8 @@ class AllocationConfig(BaseModel):
 
     @model_validator(mode="after")
     def _ranges(self) -> AllocationConfig:
+        if self.effective_batch is not None and self.budget_tokens is not None:
+            raise ValueError("set at most one of budget_tokens and effective_batch: both size the iteration")
         if self.max_per_prompt < self.min_active:
             raise ValueError(
                 f"max_per_prompt ({self.max_per_prompt}) must be >= min_active ({self.min_active})"
