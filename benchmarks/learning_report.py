@@ -57,9 +57,11 @@ def main() -> None:
         print(f"* {f}: " + ", ".join(cells))
     probe = evals.filter(pl.col("split") == "probe")
     if probe.height:
-        last = int(probe["iteration"].max())
         for s in order:
             sub = probe.filter(pl.col("strategy") == s)
+            if sub.height == 0:
+                continue
+            last = int(sub["iteration"].max())  # each strategy's own last evaluation
             a0 = mean_ci(sub.filter(pl.col("iteration") == 0)["accuracy"])[0]
             a1 = mean_ci(sub.filter(pl.col("iteration") == last)["accuracy"])[0]
             print(f"* probe (training prompts), {s}: {100 * a0:.1f} -> {100 * a1:.1f} after {last} iterations")
