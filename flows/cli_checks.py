@@ -4,7 +4,9 @@ line and exit 2 on anything wrong) and how a long command ends on a stop signal 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
 import signal
 from pathlib import Path
@@ -24,7 +26,7 @@ def _stoppable(after: str):
             from flows.lifecycle import Interrupted, stop_on_signals
 
             try:
-                with stop_on_signals():
+                with stop_on_signals(), _quiet_stop_tracebacks(Interrupted):
                     return fn(*args, **kwargs)
             except BaseException as err:  # noqa: BLE001 - re-raised unless it is a stop signal
                 signum = _stop_signal(err, Interrupted)
@@ -34,6 +36,28 @@ def _stoppable(after: str):
             raise typer.Exit(128 + signum)
         return run
     return wrap
+
+
+@contextlib.contextmanager
+def _quiet_stop_tracebacks(interrupted: type):
+    """While the block runs, a log record whose exception was caused by a stop signal (Prefect's
+    crash handling logs the errors its own cleanup raises once the signal has cut it short, e.g.
+    "Task run is not set") keeps its message and loses its traceback: a stop ends in one line.
+    Any other exception's traceback is logged as before."""
+    old = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        record = old(*args, **kwargs)
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and _stop_signal(exc, interrupted) is not None:
+            record.exc_info, record.exc_text = None, None
+        return record
+
+    logging.setLogRecordFactory(factory)
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(old)
 
 
 def _stop_signal(err: BaseException, interrupted: type) -> int | None:

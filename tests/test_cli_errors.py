@@ -138,3 +138,34 @@ def test_limits_leave_room_for_real_runs():
     cfg = load_train_config(None, ["run.candidate_pool=100000", "run.train_prompts=1000000",
                                    "allocation.budget_total=100000"])
     assert cfg.run.candidate_pool == 100_000
+
+
+def test_a_stop_signal_leaves_no_traceback_in_the_logs(caplog):
+    """Prefect's crash handling logs the errors its cleanup raises once a SIGTERM has cut it short
+    (seen: "ValueError: Task run is not set" with its traceback before the one line): inside a
+    stoppable command such a record keeps its message and loses its traceback; others keep theirs."""
+    import logging
+
+    from prefect.exceptions import TerminationSignal
+
+    from flows.cli_checks import _quiet_stop_tracebacks
+    from flows.lifecycle import Interrupted
+
+    log = logging.getLogger("prefect.task_engine.test")
+
+    def crash_after_signal():
+        try:
+            raise TerminationSignal(signal=15)
+        except TerminationSignal:
+            raise ValueError("Task run is not set")  # noqa: B904 - the chain is the point
+
+    with caplog.at_level(logging.ERROR), _quiet_stop_tracebacks(Interrupted):
+        for fn in (crash_after_signal, lambda: 1 / 0):
+            try:
+                fn()
+            except Exception:
+                log.error("crashed", exc_info=True)
+    after_signal, other = caplog.records[-2:]
+    assert after_signal.exc_info is None and after_signal.getMessage() == "crashed"
+    assert other.exc_info is not None and other.exc_info[0] is ZeroDivisionError
+    assert logging.getLogRecordFactory() is logging.LogRecord  # restored

@@ -29,7 +29,13 @@ import torch
 
 from trace_core.advantage import compute_advantages
 from trace_core.allocation import get_strategy
-from trace_core.allocation.planner import RootPlan, iteration_budget, plan_prefixes, plan_roots
+from trace_core.allocation.planner import (
+    RootPlan,
+    iteration_budget,
+    plan_prefixes,
+    plan_roots,
+    stratum_labels,
+)
 from trace_core.config import TrainConfig
 from trace_core.metrics import trajectory_metrics
 from trace_core.nodes import nodes_frame, root_rows, with_prefix_decisions
@@ -160,7 +166,7 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
         budget = iteration_budget(cfg.allocation, iteration, 0, None, previous_effective_ratio(ref, iteration))
     alloc = cfg.allocation.model_copy(update={"budget_total": budget})
     plan = plan_roots(v, alloc, rng, previous_continuations=previous_continuations(ref, iteration),
-                      strata=strata_labels(cfg, [t.family for t in tasks], [t.difficulty for t in tasks]))
+                      strata=stratum_labels(cfg.allocation.stratify, [t.family for t in tasks], [t.difficulty for t in tasks]))
     utility = root_utility(v, plan.m)
     prompts = pl.DataFrame({
         "run_id": ref.run_id, "strategy": cfg.allocation.strategy, "iteration": iteration,
@@ -212,17 +218,6 @@ def _prefix_values(pred, nodes: pl.DataFrame, cands: pl.DataFrame, cfg: TrainCon
     return v_node, flip, r, np.where(r > 0.5, 1.0 - flip, flip)
 
 
-def strata_labels(cfg: TrainConfig, families, difficulties) -> list[str] | None:
-    """The planner's stratum per candidate or prefix (``allocation.stratify``): the task family, or
-    the (family, difficulty) cell; None without stratification."""
-    how = cfg.allocation.stratify
-    if how == "none":
-        return None
-    if how == "task":
-        return [str(f) for f in families]
-    return [f"{f}:{d}" for f, d in zip(families, difficulties, strict=True)]
-
-
 def _root_plan(cfg: TrainConfig, roots: RootAllocation, prompts: pl.DataFrame) -> RootPlan:
     """The first wave's plan as stage 2 recorded it (``RootAllocation`` + its prompts shard)."""
     return RootPlan(m=prompts["m_alloc"].to_numpy().astype(np.int64), budget=roots.root_budget,
@@ -253,8 +248,10 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
                          np.maximum(cfg.env.max_turns - depth, 1), raw.trajectories, _allocation(cfg, roots),
                          np.random.default_rng(iteration_seed(cfg, iteration, "prefixes")),
                          zero_variance_groups=_zero_variance_groups(nodes),
-                         strata=strata_labels(cfg, prompts["task"].to_list(), prompts["difficulty"].to_list()),
-                         prefix_strata=strata_labels(cfg, cands["task"].to_list(), cands["difficulty"].to_list()))
+                         strata=stratum_labels(cfg.allocation.stratify, prompts["task"].to_list(),
+                                               prompts["difficulty"].to_list()),
+                         prefix_strata=stratum_labels(cfg.allocation.stratify, cands["task"].to_list(),
+                                                      cands["difficulty"].to_list()))
     alloc = pl.DataFrame({"node_id": cands["node_id"], "v_pred": v_node, "flip": flip, "r": r, "k": plan.k,
                           "utility": prefix_utility(v, r, plan.k) if len(plan.k) else np.zeros(0)},
                          schema_overrides={"k": pl.Int64})

@@ -123,6 +123,16 @@ def split_budget(budget: int, counts) -> np.ndarray:
     return out
 
 
+def stratum_labels(how: str, families, difficulties) -> list[str] | None:
+    """The stratum of each candidate or prefix for ``allocation.stratify``: its task family
+    (``task``) or (family, difficulty) cell (``cell``); None for ``none``."""
+    if how == "none":
+        return None
+    if how == "task":
+        return [str(f) for f in families]
+    return [f"{f}:{d}" for f, d in zip(families, difficulties, strict=True)]
+
+
 def strata_groups(cfg: AllocationConfig, strat: Strategy, strata, n: int) -> list[tuple[object, np.ndarray]] | None:
     """(label, candidate indices) per stratum, in first-appearance order; None when the plan is not
     split (``stratify: none``, a strategy that takes the stream, or no labels given)."""
