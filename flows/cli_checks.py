@@ -56,8 +56,9 @@ def _quiet_stop_tracebacks(interrupted: type):
     logging.setLogRecordFactory(factory)
     try:
         yield
-    finally:
-        logging.setLogRecordFactory(old)
+    finally:  # a library that wrapped ours meanwhile (Ray's ray.init does) keeps its wrapper
+        if logging.getLogRecordFactory() is factory:
+            logging.setLogRecordFactory(old)
 
 
 def _stop_signal(err: BaseException, interrupted: type) -> int | None:
