@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -46,6 +47,9 @@ class Rehearsal:
         self.state, self.timeout = state, timeout
         self.vllm_python = vllm_env / "bin" / "python"
         self.procs: list[tuple[str, subprocess.Popen]] = []
+        # Ray's sockets live under its temp dir and an AF_UNIX path has at most 107 bytes: a short
+        # directory of its own, not one under DIR (pytest's tmp_path is too deep)
+        self.ray_tmp = Path(tempfile.mkdtemp(prefix="trr-", dir="/tmp" if os.path.isdir("/tmp") else None))
         self.steps: list[tuple[str, float]] = []
         self.ports = {k: free_port() for k in ("prefect", "ray", "ray_agent", "ray_agent_grpc", "ray_metrics",
                                                "ray_runtime_env", "mlflow")}
@@ -159,7 +163,7 @@ class Rehearsal:
                              "--dashboard-agent-grpc-port", str(self.ports["ray_agent_grpc"]),
                              "--metrics-export-port", str(self.ports["ray_metrics"]),
                              "--runtime-env-agent-port", str(self.ports["ray_runtime_env"]),
-                             "--temp-dir", str(self.state / "ray"), nice=False)
+                             "--temp-dir", str(self.ray_tmp), nice=False)
             log = self.state / "logs" / "ray-head.log"
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and ray.poll() is None and "Ray runtime started" not in log.read_text():
@@ -259,6 +263,7 @@ def main() -> int:
         report["mlflow"] = r.step("MLflow runs and model versions read back", r.mlflow_readback, run_ids)
     finally:
         r.teardown()
+        shutil.rmtree(r.ray_tmp, ignore_errors=True)
         report["steps_s"] = {name: round(s, 1) for name, s in r.steps}
         (state / "rehearsal.json").write_text(json.dumps(report, indent=1))
     for rid, fr in report.get("flow_runs", {}).items():
