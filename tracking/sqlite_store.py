@@ -34,24 +34,41 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def half_made(db: Path) -> bool:
-    """True for a database MLflow's migrations did not finish (or a file that is not SQLite)."""
+    """True for a database MLflow's migrations did not finish (or a file that is not SQLite).
+
+    Opened read-write: a writer killed mid-transaction leaves a hot journal that only a writing
+    connection rolls back (a read-only one fails with SQLITE_READONLY_ROLLBACK on a whole store).
+    Any error but "not a database" or "malformed" (a lock, a full disk) is raised, never taken
+    for a half-made store."""
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as con:
+        with contextlib.closing(sqlite3.connect(db, timeout=30)) as con:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if any(t.startswith("_alembic_tmp_") for t in tables) or "alembic_version" not in tables:
                 return True
             version = con.execute("SELECT version_num FROM alembic_version").fetchall()
             return len(version) != 1 or version[0][0] != _head_revision()
-    except sqlite3.DatabaseError:  # "file is not a database", a torn header
-        return True
+    except sqlite3.DatabaseError as err:
+        if _unreadable(err):  # "file is not a database", a torn header
+            return True
+        raise
+
+
+def _unreadable(err: sqlite3.DatabaseError) -> bool:
+    name = getattr(err, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")) or (
+        not name and not isinstance(err, sqlite3.OperationalError))
 
 
 def _holds_runs(db: Path) -> bool:
+    """Whether ``db`` holds MLflow runs; True when that cannot be read (never set a store aside
+    that might hold runs), False only for no ``runs`` table, no rows or a file that is not SQLite."""
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as con:
+        with contextlib.closing(sqlite3.connect(db, timeout=30)) as con:
+            if not con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone():
+                return False
             return con.execute("SELECT count(*) FROM runs").fetchone()[0] > 0
-    except sqlite3.DatabaseError:
-        return False
+    except sqlite3.DatabaseError as err:
+        return not _unreadable(err)
 
 
 def _head_revision() -> str:

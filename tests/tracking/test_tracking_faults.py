@@ -138,6 +138,35 @@ def test_half_made_database_of_an_older_version_is_rebuilt(tmp_path, caplog):
     assert _mlflow_state(tmp_path)["counts"] == Counter({("loss", 0): 1})
 
 
+KILLED_WRITER = textwrap.dedent("""
+    import os, sqlite3, sys
+    con = sqlite3.connect(sys.argv[1], isolation_level=None)
+    con.execute("PRAGMA cache_size=10")  # pages spill to the file: the journal becomes hot
+    con.execute("BEGIN IMMEDIATE")
+    con.execute("CREATE TABLE scratch (v TEXT)")
+    for i in range(20000):
+        con.execute("INSERT INTO scratch VALUES (?)", (str(i) * 20,))
+    os.kill(os.getpid(), 9)
+""")
+
+
+def test_a_store_whose_writer_was_killed_mid_transaction_is_kept(tmp_path, caplog):
+    tr = Tracker(tmp_path, "r", config=TrackingConfig(**FAST))
+    tr.log_metrics_once({"loss": 1.0}, 0)
+    assert tr.finish(timeout=300), tr.last_error
+    db = tmp_path / "mlflow.db"
+    subprocess.run([sys.executable, "-c", KILLED_WRITER, str(db)], check=False)
+    assert (tmp_path / "mlflow.db-journal").stat().st_size > 0  # a hot journal: a read-only open fails on it
+    tr2 = Tracker(tmp_path, "r", config=TrackingConfig(**FAST))
+    tr2.log_metrics_once({"loss": 0.5}, 1)
+    assert tr2.finish(timeout=300), tr2.last_error
+    assert "half-created" not in caplog.text and not list(tmp_path.glob("mlflow.db.half-made-*"))
+    state = _mlflow_state(tmp_path)
+    assert state["runs"] == 1 and state["counts"] == Counter({("loss", 0): 1, ("loss", 1): 1})
+    with contextlib.closing(sqlite3.connect(db)) as con:  # the killed transaction was rolled back
+        assert not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'scratch'").fetchone()
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path):
     mnt = tmp_path / "disk"
