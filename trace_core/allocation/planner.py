@@ -163,18 +163,19 @@ def plan_roots(v_root: np.ndarray, cfg: AllocationConfig, rng: np.random.Generat
     strat = strategy or get_strategy(cfg.strategy)
     v_root = np.asarray(v_root, dtype=np.float64)
     groups = strata_groups(cfg, strat, strata, len(v_root))
-    if groups is None:
-        budget = strat.root_budget(cfg, wanted_reserve(cfg, previous_continuations))
-        m = np.asarray(strat.allocate_roots(v_root, cfg, rng, budget=budget), dtype=np.int64)
-        return RootPlan(m=m, budget=int(budget), reserve=int(cfg.budget_total - budget),
-                        price=float(strat.root_threshold(v_root, m, cfg)))
+    if groups is None:  # one stratum: every candidate, the whole budget
+        groups, shares = [(None, np.arange(len(v_root)))], [cfg.budget_total]
+    else:
+        shares = split_budget(cfg.budget_total, [len(ix) for _, ix in groups])
     m = np.zeros(len(v_root), dtype=np.int64)
     budget, prices = 0, []
-    for (_, ix), b in zip(groups, split_budget(cfg.budget_total, [len(ix) for _, ix in groups]), strict=True):
+    for (_, ix), b in zip(groups, shares, strict=True):
         if b < 1:
             continue
-        sub = _sub(cfg, b)
-        prev = None if previous_continuations is None else previous_continuations * b / cfg.budget_total
+        sub = cfg if b == cfg.budget_total else _sub(cfg, b)
+        prev = previous_continuations
+        if prev is not None and b != cfg.budget_total:
+            prev = prev * b / cfg.budget_total
         rb = strat.root_budget(sub, wanted_reserve(sub, prev))
         m[ix] = np.asarray(strat.allocate_roots(v_root[ix], sub, rng, budget=rb), dtype=np.int64)
         budget += int(rb)
