@@ -89,3 +89,17 @@ def test_no_time_to_accuracy_when_the_baseline_did_not_improve():
     assert not ctx["target_defined"]
     assert "tokens_to_target" not in table.columns
     assert "time-to-accuracy is undefined" in learning_markdown(table, ctx)
+
+
+def test_the_baseline_reaches_its_own_target_when_its_seeds_spend_different_tokens():
+    # seed 1 spends more tokens and falls at its end: the mean of finals (0.51) lies above the
+    # seed-mean curve's end on the common grid, which the baseline would then never reach
+    its, evs = _frames([("c-grpo-s0", "grpo", [100, 100], [1.0, 1.0], [0.40, 0.45, 0.50]),
+                        ("c-grpo-s1", "grpo", [100, 150], [1.0, 1.0], [0.40, 0.50, 0.52]),
+                        ("c-trace-s0", "trace", [100, 100], [1.0, 1.0], [0.40, 0.50, 0.55]),
+                        ("c-trace-s1", "trace", [100, 100], [1.0, 1.0], [0.40, 0.50, 0.55])])
+    table, ctx = learning_table(curve_frame(its, evs), order=["grpo", "trace"])
+    rows = {r["strategy"]: r for r in table.iter_rows(named=True)}
+    assert ctx["target"] == pytest.approx((0.50 + 0.50 + 0.02 * 100 / 150) / 2)  # both at 200 tokens
+    assert rows["grpo"]["tokens_ratio"] == pytest.approx(1.0)
+    assert rows["trace"]["tokens_to_target"] < rows["grpo"]["tokens_to_target"]
