@@ -41,6 +41,9 @@ def test_curve_frame_accumulates_tokens_and_seconds_before_each_evaluation():
     assert cur["iteration"].to_list() == [0, 1, 2]
     assert cur["tokens"].to_list() == [0.0, 100.0, 200.0]
     assert cur["seconds"].to_list() == [0.0, 1.0, 3.0]
+    # the store's evaluation rows carry the evaluation's own duration: the axis stays the training's
+    cur = curve_frame(its, evs.with_columns(pl.lit(40.0).alias("seconds")))
+    assert cur["seconds"].to_list() == [0.0, 1.0, 3.0]
 
 
 def test_interpolation_at_equal_tokens_and_time_to_accuracy():
@@ -103,3 +106,16 @@ def test_the_baseline_reaches_its_own_target_when_its_seeds_spend_different_toke
     assert ctx["target"] == pytest.approx((0.50 + 0.50 + 0.02 * 100 / 150) / 2)  # both at 200 tokens
     assert rows["grpo"]["tokens_ratio"] == pytest.approx(1.0)
     assert rows["trace"]["tokens_to_target"] < rows["grpo"]["tokens_to_target"]
+
+
+def test_seconds_to_target_are_the_seconds_spent_to_the_token_crossing():
+    # grpo s1 ran on a slower machine: the seconds its runs spent differ, the tokens do not
+    its, evs = _frames([("c-grpo-s0", "grpo", [100, 100], [1.0, 1.0], [0.40, 0.45, 0.50]),
+                        ("c-grpo-s1", "grpo", [100, 100], [3.0, 3.0], [0.40, 0.45, 0.50]),
+                        ("c-trace-s0", "trace", [100, 100], [1.0, 1.0], [0.40, 0.50, 0.55]),
+                        ("c-trace-s1", "trace", [100, 100], [1.0, 1.0], [0.40, 0.50, 0.55])])
+    table, _ = learning_table(curve_frame(its, evs), order=["grpo", "trace"])
+    rows = {r["strategy"]: r for r in table.iter_rows(named=True)}
+    assert rows["grpo"]["seconds_to_target"] == pytest.approx(4.0, rel=0.02)  # (2 + 6) / 2 at 200 tokens
+    assert rows["grpo"]["seconds_ratio"] == pytest.approx(1.0)
+    assert rows["trace"]["seconds_to_target"] == pytest.approx(1.0, rel=0.02)  # 100 tokens in 1 s

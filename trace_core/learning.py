@@ -9,8 +9,9 @@ The outcome of a strategy is the model it trains, so a comparison is read off le
   the smallest run's total, so every run reaches them: "accuracy at equal tokens").
 * ``time_to_accuracy`` finds where a run's curve first reaches a target (the baseline's final
   accuracy: the end of its seed-mean token curve, ``baseline_target``), in tokens and in seconds, interpolated between evaluations;
-  ``mean_curve_crossing`` does the same on a strategy's seed-mean curve (what the table reports,
-  with how many single seeds got there).
+  ``mean_curve_crossing`` does the same on a strategy's seed-mean token curve (what the table
+  reports, with how many single seeds got there), and ``seconds_at_tokens`` turns that crossing into
+  the training seconds its runs spent to get there.
 * ``learning_table`` reports, per strategy, the accuracy at each checkpoint (mean ± 95% CI over
   seeds, t-interval), the gain over the warm start, the paired difference to the baseline (same
   seed = same prompt stream and held-out set) and the tokens / seconds to the baseline's final.
@@ -47,6 +48,9 @@ def curve_frame(iterations: pl.DataFrame, evaluations: pl.DataFrame) -> pl.DataF
                                                        pl.lit(0.0).alias("tokens"), pl.lit(0.0).alias("seconds"))
     cum = pl.concat([start, cum], how="vertical_relaxed")
     ev = evaluations.filter(pl.col("split") == "heldout").with_columns(pl.col("iteration").cast(cum["iteration"].dtype))
+    # the store's evaluation rows carry their own duration and may carry tokens: the curve's axes are
+    # the training's, never the evaluation's
+    ev = ev.drop([c for c in ("tokens", "seconds") if c in ev.columns])
     out = ev.join(cum, on=["run_id", "iteration"], how="inner")
     return out.select("run_id", "strategy", "iteration", "family", "accuracy", "episodes", "tokens", "seconds"
                       ).sort("run_id", "family", "iteration")
@@ -119,6 +123,18 @@ def mean_curve_crossing(curves: pl.DataFrame, strategy: str, target: float, x: s
     return _first_crossing(*curve, target - 1e-9)
 
 
+def seconds_at_tokens(curves: pl.DataFrame, strategy: str, tokens: float, family: str = "all") -> float:
+    """The training seconds ``strategy``'s runs spent to generate ``tokens`` (mean over its seeds,
+    each interpolated between evaluations): where its seed-mean token curve reaches a target, in
+    seconds. (A crossing of a seed-mean *seconds* curve would not do: runs slowed by a shared
+    machine end at different seconds, and that curve stops at the fastest run's end.)"""
+    sub = curves.filter((pl.col("family") == family) & (pl.col("strategy") == strategy))
+    if sub.height == 0 or not np.isfinite(tokens):
+        return float("nan")
+    runs = [g.sort("tokens") for _, g in sub.group_by("run_id")]
+    return float(np.mean([np.interp(tokens, g["tokens"].to_numpy(), g["seconds"].to_numpy()) for g in runs]))
+
+
 def baseline_target(curves: pl.DataFrame, baseline: str = "grpo") -> float:
     """The accuracy time-to-accuracy aims at: the end of the baseline's seed-mean token curve (its
     seeds' accuracy at the tokens every one of them reached). Its runs' mean final accuracy would
@@ -184,9 +200,9 @@ def learning_table(curves: pl.DataFrame, baseline: str = "grpo", order: list[str
             reached = st["tokens_to_target"].is_not_nan().sum()
             row["reached"] = f"{reached}/{st.height}"
             row["tokens_to_target"] = mean_curve_crossing(curves, strat, target, "tokens")
-            row["seconds_to_target"] = mean_curve_crossing(curves, strat, target, "seconds")
+            row["seconds_to_target"] = seconds_at_tokens(curves, strat, row["tokens_to_target"])
             bt = mean_curve_crossing(curves, baseline, target, "tokens")
-            bs = mean_curve_crossing(curves, baseline, target, "seconds")
+            bs = seconds_at_tokens(curves, baseline, bt)
             row["tokens_ratio"] = row["tokens_to_target"] / bt if bt and np.isfinite(bt) else float("nan")
             row["seconds_ratio"] = row["seconds_to_target"] / bs if bs and np.isfinite(bs) else float("nan")
         rows.append(row)
