@@ -42,7 +42,7 @@ def test_traces_land_in_the_run_with_reward_assessments(tmp_path):
     home = build_fixture_store(tmp_path / "home")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    exp = client.create_experiment("traces")
+    exp = client.create_experiment("traces", artifact_location=(tmp_path / "mlartifacts").as_uri())  # not ./mlruns
     run = client.create_run(exp).info.run_id
     ids = send_traces(uri, run, exp, {"nodes": str(_iteration_nodes(home)), "cap": 4, "seed": 0})
     assert len(ids) == 4
