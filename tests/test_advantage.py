@@ -144,3 +144,50 @@ def test_unknown_estimator_in_a_run_config_names_the_field():
     with pytest.raises(ConfigError) as err:
         load_config(Section, None, ["advantage.estimator=nope"])
     assert "advantage.estimator" in str(err.value) and "'nope'" in str(err.value) and "grpo, tree" in str(err.value)
+
+
+def test_children_value_by_hand():
+    """value=children: a1's value is the mean of a2 (0) and its extensions e1 (1), f1 (1) = 2/3;
+    R's is the mean of a1 (2/3) and b1 (1) = 5/6, not the leaf mean 3/4."""
+    t = adv(branched(), estimator="tree", value="children")
+    expect = {"a1": 2 / 3 - 5 / 6, "a2": -2 / 3, "a3": -2 / 3, "b1": 1 / 6, "e1": 1 / 3, "f1": 1 / 3, "f2": 1 / 3}
+    for k, v in expect.items():
+        assert t[k] == pytest.approx(v, abs=1e-6), k
+    g = adv(branched(), estimator="grpo", value="children")
+    assert g["a2"] == pytest.approx(-5 / 6) and g["e1"] == pytest.approx(1 / 6)
+    # the root group's advantages sum to zero over its raw rollouts, as in GRPO
+    assert t["a1"] + t["b1"] == pytest.approx(0.0, abs=1e-9)
+    assert adv(branched(), estimator="tree")["a1"] + adv(branched(), estimator="tree")["b1"] != pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("scale", [False, True])
+def test_children_value_equals_leaves_without_branches(scale):
+    for est in ("tree", "grpo"):
+        assert adv(chains(), estimator=est, value="children", scale_std=scale) == pytest.approx(
+            adv(chains(), estimator=est, scale_std=scale))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_children_value_matches_recursion(seed):
+    from trace_core.advantage import child_values
+    from trace_core.nodes import subtree_stats
+
+    rows = _random_trees(seed, graded=True)
+    nodes = nodes_frame(rows)
+    kids: dict[str, list[str]] = {r["node_id"]: [] for r in rows}
+    for r in rows:
+        if r["parent_id"] is not None:
+            kids[r["parent_id"]].append(r["node_id"])
+    by_id = {r["node_id"]: r for r in rows}
+
+    def value(nid: str) -> float:
+        if not kids[nid]:
+            r = by_id[nid]
+            return r["reward"] if r["is_leaf"] and r["reward"] is not None else float("nan")
+        vals = [v for v in (value(c) for c in kids[nid]) if not np.isnan(v)]
+        return float(np.mean(vals)) if vals else float("nan")
+
+    st = child_values(nodes, subtree_stats(nodes))
+    for k, r in enumerate(rows):
+        want = value(r["node_id"])
+        assert (np.isnan(st.mean[k]) and np.isnan(want)) or st.mean[k] == pytest.approx(want)
