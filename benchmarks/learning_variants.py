@@ -1,6 +1,7 @@
 """Several runs of one strategy side by side at the same absolute token checkpoints: each
-``LABEL=HOME:PREFIX`` names the runs (of any home) whose id starts with PREFIX; every variant is
-paired with the first (the baseline) by run seed:
+``LABEL=HOME:PREFIX`` names the runs (of any home) whose id starts with PREFIX (``+`` joins more
+``HOME:PREFIX`` to one label: seeds run as separate comparisons); every variant is paired with the
+first (the baseline) by run seed:
 
     PYTHONPATH=. python benchmarks/learning_variants.py grpo=/tmp/lb:lb-grpo \\
         trace=/tmp/lb:lb-trace "trace stratified=/tmp/lbs:lbs-trace" --tokens 49000,99000,148000,198000
@@ -49,10 +50,12 @@ def main() -> None:
     rows, base, labelled = [], None, []
     for spec in args.variants:
         label, _, where = spec.partition("=")
-        home, _, prefix = where.rpartition(":")
-        iters, evals, runs = (_read(Path(home), t, prefix) for t in ("iterations", "evaluations", "runs"))
+        parts = [w.rpartition(":") for w in where.split("+")]  # HOME:PREFIX[+HOME:PREFIX...]
+        iters, evals, runs = (pl.concat([f for home, _, prefix in parts if (f := _read(Path(home), t, prefix)).height]
+                                        or [pl.DataFrame()], how="vertical_relaxed")
+                              for t in ("iterations", "evaluations", "runs"))
         if evals.height == 0:
-            raise SystemExit(f"{label}: no evaluations under {home} for prefix {prefix!r}")
+            raise SystemExit(f"{label}: no evaluations under {where}")
         seed = {r["run_id"]: int(r["seed"]) for r in runs.iter_rows(named=True)}
         curves = curve_frame(iters, evals)
         labelled.append(curves.with_columns(pl.lit(label).alias("strategy")))
