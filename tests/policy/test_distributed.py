@@ -30,9 +30,12 @@ pytestmark = [pytest.mark.slow,
 # Measured on this CPU (float32): loss and gradient norm within ~3e-6 relative; the weights' step
 # within ~1e-5 of its norm. The largest single-weight gap is a share of lr, not of the weight:
 # Adam's first steps move a weight by ~lr·g/|g|, so where |g| is at rounding level the sign can
-# differ between summation orders.
-LOSS_RTOL = 2e-5     # loss, gradient norm, clip fraction, KL: relative
-STEP_RTOL = 1e-4     # ||w_multi - w_single|| / ||w_single - w_start||
+# differ between summation orders. On an AMD EPYC with AVX-512 BF16 the DDP case (lr 1e-3, two
+# steps) measured loss 2.4e-5 and grad norm 2.3e-5 relative, step gap 1.9e-4: the same sign flips,
+# more of them; a real defect (gradients not averaged, a rank's share lost) is off by O(1).
+LOSS_RTOL = 1e-4     # loss, gradient norm, clip fraction, KL: relative
+STEP_RTOL = 5e-4     # ||w_multi - w_single|| / ||w_single - w_start||
+MOMENT_ATOL = 1e-4   # optimizer first moments: absolute, as a share of the tensor's largest
 
 
 def make_batch(model, n: int = 12, seed: int = 0) -> list[TrainSequence]:
@@ -99,7 +102,7 @@ def assert_same_update(a: UpdateStats, b: UpdateStats, a_dir, b_dir, start_dir):
         # the ranks sum the gradient in another order: fp32 rounding is relative to the tensor's
         # scale (one embedding moment of ~1e-2 differed by 3e-8), not to each element's
         scale = float(st["exp_avg"].abs().max())
-        assert torch.allclose(st["exp_avg"], ob["state"][i]["exp_avg"], atol=1e-5 * scale + 1e-12, rtol=1e-4), i
+        assert torch.allclose(st["exp_avg"], ob["state"][i]["exp_avg"], atol=MOMENT_ATOL * scale + 1e-12, rtol=1e-4), i
 
 
 @pytest.fixture(scope="module")
