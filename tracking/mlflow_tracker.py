@@ -263,10 +263,16 @@ class Tracker:
                     return
                 op = self._ops[0]
                 self._busy = True
+            interrupted = False
             try:
                 self._ensure_run()
                 self._send(op)
                 failed, permanent = None, False
+            except KeyboardInterrupt as err:
+                # not a tracking failure: polars aborts the queries of every thread once a stop
+                # signal has interrupted one (the main thread handles the stop); the record stays
+                # queued, is retried, and is journalled if the run ends first
+                failed, permanent, interrupted = err, False, True
             except Exception as err:  # noqa: BLE001 - any tracking failure must not escape
                 failed, permanent = err, _is_permanent(err)
             with self._cond:
@@ -283,6 +289,13 @@ class Tracker:
                     continue
                 if permanent:
                     log.warning("MLflow rejected a %s record, dropped: %s", op["op"], _short(failed))
+                    continue
+                if interrupted:
+                    log.debug("MLflow %s record interrupted by a stop signal; kept for a retry", op["op"])
+                    if self._stop:
+                        return
+                    self._wake = False
+                    self._cond.wait_for(lambda: self._wake or self._stop, timeout=self.config.retry_initial_s)
                     continue
                 self.failures += 1
                 if self.last_error is None:

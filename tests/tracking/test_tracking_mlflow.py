@@ -186,3 +186,27 @@ def test_disabled_tracker_is_a_no_op(tmp_path):
     tr = Tracker(tmp_path, "off", config=TrackingConfig(enabled=False))
     tr.log_metrics({"x": 1.0}, step=0)
     assert tr.finish() and tr.pending == 0 and not (tmp_path / "mlflow.db").exists()
+
+
+def test_interrupt_raised_in_the_worker_thread_is_retried_quietly(tmp_path, caplog, template_db, monkeypatch):
+    """A stop signal that interrupts a polars query makes polars abort the queries of every thread
+    with KeyboardInterrupt, the tracker's too: the record is kept and sent, no traceback, no
+    "unavailable" warning, and the worker thread lives on."""
+    fresh_db(template_db, tmp_path / "mlflow.db")
+    tr = Tracker(tmp_path, "r4", config=TrackingConfig(**FAST))
+    real, calls = Tracker._send, []
+
+    def send(self, op):
+        calls.append(op["op"])
+        if op["op"] == "metrics" and calls.count("metrics") == 1:
+            raise KeyboardInterrupt
+        return real(self, op)
+
+    monkeypatch.setattr(Tracker, "_send", send)
+    caplog.set_level(logging.WARNING, logger="tracking.mlflow_tracker")
+    tr.log_metrics({"loss": 0.5}, step=0)
+    assert tr.flush(timeout=120) and tr.healthy and tr.failures == 0
+    assert calls.count("metrics") == 2
+    assert tr.finish(timeout=60)
+    assert steps(client(tr.tracking_uri), tr.mlflow_run_id, "loss") == [(0, 0.5)]
+    assert "MLflow" not in caplog.text
