@@ -269,9 +269,10 @@ class Tracker:
                 self._send(op)
                 failed, permanent = None, False
             except KeyboardInterrupt as err:
-                # not a tracking failure: polars aborts the queries of every thread once a stop
-                # signal has interrupted one (the main thread handles the stop); the record stays
-                # queued, is retried, and is journalled if the run ends first
+                # not a tracking failure: a SIGINT that stops the run can surface here too, raised
+                # inside a polars query (polars aborts its queries on KeyboardInterrupt); the main
+                # thread handles the stop; the record stays queued, is retried, and is journalled
+                # if the run ends first
                 failed, permanent, interrupted = err, False, True
             except Exception as err:  # noqa: BLE001 - any tracking failure must not escape
                 failed, permanent = err, _is_permanent(err)

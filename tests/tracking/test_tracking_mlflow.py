@@ -189,9 +189,9 @@ def test_disabled_tracker_is_a_no_op(tmp_path):
 
 
 def test_interrupt_raised_in_the_worker_thread_is_retried_quietly(tmp_path, caplog, template_db, monkeypatch):
-    """A stop signal that interrupts a polars query makes polars abort the queries of every thread
-    with KeyboardInterrupt, the tracker's too: the record is kept and sent, no traceback, no
-    "unavailable" warning, and the worker thread lives on."""
+    """A SIGINT that stops a run surfaced once as a KeyboardInterrupt inside a polars query of the
+    tracker's thread (reading a shard for the traces), with a traceback: now the record is kept
+    and sent, no traceback, no "unavailable" warning, and the worker thread lives on."""
     fresh_db(template_db, tmp_path / "mlflow.db")
     tr = Tracker(tmp_path, "r4", config=TrackingConfig(**FAST))
     real, calls = Tracker._send, []
