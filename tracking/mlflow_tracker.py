@@ -291,23 +291,20 @@ class Tracker:
                 if permanent:
                     log.warning("MLflow rejected a %s record, dropped: %s", op["op"], _short(failed))
                     continue
-                if interrupted:
+                if interrupted:  # retried like a transient failure, but neither counted nor warned about
                     log.debug("MLflow %s record interrupted by a stop signal; kept for a retry", op["op"])
-                    if self._stop:
-                        return
-                    self._wake = False
-                    self._cond.wait_for(lambda: self._wake or self._stop, timeout=self.config.retry_initial_s)
-                    continue
-                self.failures += 1
-                if self.last_error is None:
-                    log.warning("MLflow unavailable (%s); buffering and retrying (%d records pending)",
-                                _short(failed), len(self._ops))
-                self.last_error = _short(failed)
+                else:
+                    self.failures += 1
+                    if self.last_error is None:
+                        log.warning("MLflow unavailable (%s); buffering and retrying (%d records pending)",
+                                    _short(failed), len(self._ops))
+                    self.last_error = _short(failed)
                 if self._stop:
                     return
                 self._wake = False
                 self._cond.wait_for(lambda: self._wake or self._stop, timeout=backoff)
-                backoff = min(backoff * 2, self.config.retry_max_s)
+                if not interrupted:
+                    backoff = min(backoff * 2, self.config.retry_max_s)
 
     def _ensure_run(self) -> None:
         if self._client is None:
