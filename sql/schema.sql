@@ -6,18 +6,21 @@
 -- directory holds an empty _schema.parquet, unioned in by name, so each view binds with the
 -- declared columns before any data exists; union_by_name lets newer shards carry extra columns.
 
+-- One row per rollout-tree node: the prompt's root, and the state after each agent turn (raw or extension).
 CREATE OR REPLACE VIEW nodes AS
 SELECT * FROM read_parquet('shards/nodes/_schema.parquet')
 UNION ALL BY NAME
 SELECT * FROM read_parquet('shards/nodes/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
     hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, union_by_name = true, allow_empty = true);
 
+-- One row per candidate prompt per iteration: predicted success, rollouts allocated, outcomes.
 CREATE OR REPLACE VIEW prompts AS
 SELECT * FROM read_parquet('shards/prompts/_schema.parquet')
 UNION ALL BY NAME
 SELECT * FROM read_parquet('shards/prompts/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
     hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, union_by_name = true, allow_empty = true);
 
+-- One row per iteration: budget asked and used, tokens, effective ratio, accuracy, loss, stage seconds.
 CREATE OR REPLACE VIEW iterations AS
 SELECT * FROM read_parquet('shards/iterations/_schema.parquet')
 UNION ALL BY NAME
@@ -31,6 +34,7 @@ UNION ALL BY NAME
 SELECT * FROM read_parquet('shards/evaluations/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
     hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, union_by_name = true, allow_empty = true);
 
+-- One row per prediction (a prompt's root or a prefix), made before its outcome was seen.
 CREATE OR REPLACE VIEW predictions AS
 SELECT * FROM read_parquet('shards/predictions/_schema.parquet')
 UNION ALL BY NAME
