@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from trace_core import iteration as it  # noqa: E402
 from trace_core.config import load_train_config  # noqa: E402
 from trace_core.engines.pool import RolloutPool  # noqa: E402
 from trace_core.policy.live import load_policy_for  # noqa: E402
-from trace_core.prompts import candidate_pool  # noqa: E402
-from trace_core.rollouts import LocalRollouts  # noqa: E402
-from trace_core.run import initial_checkpoint  # noqa: E402
+from trace_core.rollout.interface import LocalRollouts  # noqa: E402
+from trace_core.stages import iteration as it  # noqa: E402
+from trace_core.stages.prompt_pools import candidate_pool  # noqa: E402
+from trace_core.stages.run import initial_checkpoint  # noqa: E402
 
 
 def main() -> None:

@@ -23,8 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _policy import bench_policy  # noqa: E402
 
-from trace_core.advantage import compute_advantages  # noqa: E402
-from trace_core.advantage_config import AdvantageConfig  # noqa: E402
+from trace_core.advantages.config import AdvantageConfig  # noqa: E402
+from trace_core.advantages.estimators import compute_advantages  # noqa: E402
 from trace_core.engines.config import SamplingConfig  # noqa: E402
 from trace_core.engines.hf import HFEngine  # noqa: E402
 from trace_core.envs import make_env  # noqa: E402
@@ -32,7 +32,7 @@ from trace_core.envs.synthetic import generate_tasks  # noqa: E402
 from trace_core.policy.checkpoint import save_checkpoint  # noqa: E402
 from trace_core.policy.distributed import UpdateJob, launch_update  # noqa: E402
 from trace_core.policy.update import UpdateConfig, build_sequences, make_optimizer, update_policy  # noqa: E402
-from trace_core.rollout import RolloutConfig, run_rollouts  # noqa: E402
+from trace_core.rollout.agent_loop import RolloutConfig, run_rollouts  # noqa: E402
 
 
 def main() -> None:

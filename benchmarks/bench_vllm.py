@@ -6,7 +6,7 @@
 The pattern is the main job's raw-rollout stage: ``--prompts`` candidate prompts of the config's
 family mix, ``--n`` episodes each, multi-turn through the real environments and tools with the
 config's sampling (temperature 1, 48-token action limit) and turn limits, played by
-``trace_core.rollout.run_rollouts`` exactly as the flow plays them. Both engines get the same
+``trace_core.rollout.agent_loop.run_rollouts`` exactly as the flow plays them. Both engines get the same
 episodes and seeds (their samples differ: each engine has its own random stream). Prints load
 time and generated tokens/s (best of ``--repeats``, after one warm-up batch) for each engine.
 """
@@ -22,10 +22,10 @@ from trace_core.config import load_train_config
 from trace_core.engines.base import make_engine
 from trace_core.envs import make_envs
 from trace_core.envs.synthetic import sample_tasks
-from trace_core.iteration import rollout_config
 from trace_core.policy.chat import ChatFormat
 from trace_core.policy.model import TINY_WARM_DIR, load_policy
-from trace_core.rollout import run_rollouts
+from trace_core.rollout.agent_loop import run_rollouts
+from trace_core.stages.iteration import rollout_config
 
 
 def main() -> None:

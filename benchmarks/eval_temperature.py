@@ -7,7 +7,7 @@ Held-out accuracy at temperature 1 (what the flow logs) mixes two things: what t
 and how peaked its distribution is. Re-scoring the warm start and the trained checkpoints at a
 lower temperature (or ``--temperature 0``: greedy) separates them: a gain that survives at low
 temperature is learning, one that vanishes was entropy. The held-out prompts and the sampling
-seeds are the run's own (``trace_core.iteration.evaluate`` with the run's config, only
+seeds are the run's own (``trace_core.stages.iteration.evaluate`` with the run's config, only
 ``sampling.temperature`` changed). Prints one line per (run, checkpoint) and a final ``RESULT``
 JSON line.
 """
@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 from trace_core.config import TrainConfig
-from trace_core.config_io import load_config
-from trace_core.iteration import evaluate
-from trace_core.run import initial_checkpoint
+from trace_core.config.io import load_config
+from trace_core.stages.iteration import evaluate
+from trace_core.stages.run import initial_checkpoint
 
 
 def main() -> None:

@@ -18,8 +18,8 @@ import time
 import polars as pl
 import torch
 
-from trace_core.advantage import compute_advantages
-from trace_core.advantage_config import AdvantageConfig
+from trace_core.advantages.config import AdvantageConfig
+from trace_core.advantages.estimators import compute_advantages
 from trace_core.engines.config import SamplingConfig
 from trace_core.engines.hf import HFEngine
 from trace_core.envs import make_env
@@ -27,7 +27,7 @@ from trace_core.envs.synthetic import generate_tasks
 from trace_core.policy.chat import ChatFormat
 from trace_core.policy.model import load_policy
 from trace_core.policy.update import UpdateConfig, build_sequences, make_optimizer, update_policy
-from trace_core.rollout import RolloutConfig, run_rollouts
+from trace_core.rollout.agent_loop import RolloutConfig, run_rollouts
 
 HELDOUT_SEED = 990_001  # disjoint from the training stream's seeds (0..iterations)
 

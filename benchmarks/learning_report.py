@@ -16,8 +16,8 @@ from pathlib import Path
 
 import polars as pl
 
-from trace_core.learning import at_budget, curve_frame, learning_markdown, learning_table, mean_ci
-from trace_core.nodestore.layout import table_dir
+from trace_core.analysis.learning import at_budget, curve_frame, learning_markdown, learning_table, mean_ci
+from trace_core.home.layout import table_dir
 from tracking.plots_compare import plot_learning_curves
 
 

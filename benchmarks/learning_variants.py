@@ -11,7 +11,7 @@ seeds; a run that ended before a checkpoint is left out there), the paired diffe
 baseline at the last checkpoint, the final accuracy and gain, tokens, effective ratio, the
 per-family accuracy at the end, and time-to-accuracy: the tokens and training seconds at which the
 variant's seed-mean token curve first reaches the baseline's final accuracy (the end of the
-baseline's seed-mean curve, ``trace_core.learning.baseline_target``), with their ratio to the
+baseline's seed-mean curve, ``trace_core.analysis.learning.baseline_target``), with their ratio to the
 baseline's own (seconds are the stages' own, so they compare only runs made at the same load).
 """
 
@@ -23,8 +23,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from trace_core.learning import baseline_target, curve_frame, mean_ci, mean_curve_crossing, seconds_at_tokens
-from trace_core.nodestore.layout import table_dir
+from trace_core.analysis.learning import (
+    baseline_target,
+    curve_frame,
+    mean_ci,
+    mean_curve_crossing,
+    seconds_at_tokens,
+)
+from trace_core.home.layout import table_dir
 
 
 def _read(home: Path, table: str, prefix: str) -> pl.DataFrame:

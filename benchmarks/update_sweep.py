@@ -25,8 +25,8 @@ import time
 import polars as pl
 import torch
 
-from trace_core.advantage import compute_advantages
-from trace_core.advantage_config import AdvantageConfig
+from trace_core.advantages.config import AdvantageConfig
+from trace_core.advantages.estimators import compute_advantages
 from trace_core.engines.config import SamplingConfig
 from trace_core.engines.hf import HFEngine
 from trace_core.envs import make_envs
@@ -37,7 +37,7 @@ from trace_core.policy.config import UpdateConfig
 from trace_core.policy.demos import run_demo
 from trace_core.policy.model import load_policy
 from trace_core.policy.update import TrainSequence, build_sequences, token_logprobs, update_policy
-from trace_core.rollout import RolloutConfig, run_rollouts
+from trace_core.rollout.agent_loop import RolloutConfig, run_rollouts
 
 HELDOUT_SEED, PROBE_SEED = 990_001, 12_345  # disjoint from the training stream's seeds (1..iterations)
 

@@ -57,8 +57,8 @@ def simulate(
     set_: list[str] = SetOpt,
 ) -> None:
     """Oracle simulator: every strategy at equal budget on synthetic trees with known V_t."""
-    from trace_core.config_io import ConfigError, load_config
-    from trace_core.simulate import SimulateConfig, format_table, run_simulation
+    from trace_core.analysis.simulate import SimulateConfig, format_table, run_simulation
+    from trace_core.config.io import ConfigError, load_config
 
     try:
         cfg = load_config(SimulateConfig, config, set_ or [])
@@ -82,7 +82,7 @@ def warmup(
     (the `model` and `warmup` sections of the config); record recipe and success table beside it."""
     import json
 
-    from trace_core.config_io import ConfigError, read_yaml_mapping
+    from trace_core.config.io import ConfigError, read_yaml_mapping
     from trace_core.policy.modeldir import ModelDirError
     from trace_core.policy.warmup import warm_start
 
@@ -102,9 +102,9 @@ def plan(
 ) -> None:
     """Capacity plan before any run: memory per GPU of the update and of the vLLM engine, tokens per
     iteration, whether the config fits, every assumption stated. Exit 1 when it does not fit."""
-    from trace_core.capacity_report import plan as capacity_plan
+    from trace_core.analysis.capacity_report import plan as capacity_plan
     from trace_core.config import load_train_config
-    from trace_core.config_io import ConfigError
+    from trace_core.config.io import ConfigError
 
     try:
         cfg = load_train_config(config or DEFAULT_CONFIG, set_ or [])
@@ -145,7 +145,7 @@ def train(
     tracking_uri: str = TrackingOpt,
 ) -> None:
     """The main job: the TRACE training flow on the config (tiny CPU config by default)."""
-    from trace_core.nodestore.lock import RunLocked
+    from trace_core.home.lock import RunLocked
 
     _check_run_id(run_id)
     cfg = _train_config(config, set_, home)
@@ -222,7 +222,7 @@ def headroom(
     """Sample every candidate prompt of the chosen iterations under the checkpoint they started
     from (their true success probability), then replay each root rule with the predictor's and
     with the true values: effective ratio lost to prediction vs left by the allocation."""
-    from trace_core.run import RunRef
+    from trace_core.stages.run import RunRef
 
     _check_run_id(run_id)
     try:
@@ -234,7 +234,7 @@ def headroom(
     _check_home(home, create=False)
     saved = RunRef(str(home.resolve()), run_id).artifacts_dir / "config.yaml"
     cfg = _train_config(config or (saved if saved.is_file() else None), set_, home)
-    from trace_core.headroom import headroom as measure
+    from trace_core.analysis.headroom import headroom as measure
 
     try:
         table = measure(cfg, RunRef(str(home.resolve()), run_id), its, samples=samples)
@@ -257,14 +257,14 @@ def sql(
     home: Path = HomeOpt,
 ) -> None:
     """Run a named analysis query against the run home's DuckDB catalogue."""
-    from trace_core.nodestore.queries import describe_query, list_queries, sql_command
+    from trace_core.home.queries import describe_query, list_queries, sql_command
 
     if name is None:
         typer.echo("\n".join(f"{q:32s} {describe_query(q)}" for q in list_queries()))
         return
     skipped = logging.StreamHandler(sys.stderr)  # one line per shard --skip-bad leaves out
     skipped.setFormatter(logging.Formatter("%(message)s"))
-    loggers = [logging.getLogger(name) for name in ("trace_core.store", "trace_core.nodestore")]
+    loggers = [logging.getLogger(name) for name in ("trace_core.store", "trace_core.home")]
     for logger in loggers:
         logger.addHandler(skipped)
     try:
@@ -292,7 +292,7 @@ def report(
     _check_home(home, create=False)
     if not home.is_dir():
         _fail(FileNotFoundError(f"--home {home} does not exist"))
-    from trace_core.outfile import check_out_path
+    from trace_core.analysis.outfile import check_out_path
 
     out = out or Path(f"report-{run}.html")
     try:  # a regular file or nothing: never a link's target, a device or a FIFO

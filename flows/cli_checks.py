@@ -83,7 +83,7 @@ RESUME = "run stopped; rerun with the same --run-id to resume"
 
 def _check_home(home: Path, create: bool = True) -> None:
     """A usable run home or exit 2 with one line: a directory (or creatable), no glob characters."""
-    from trace_core.nodestore.layout import check_home_path
+    from trace_core.home.layout import check_home_path
 
     try:
         check_home_path(home)
@@ -96,7 +96,7 @@ def _check_home(home: Path, create: bool = True) -> None:
 
 
 def _check_run_id(run_id: str | None) -> None:
-    from trace_core.run import check_run_id
+    from trace_core.stages.run import check_run_id
 
     if run_id is not None:
         try:
@@ -107,9 +107,9 @@ def _check_run_id(run_id: str | None) -> None:
 
 def _check_unlocked(home: Path, run_id: str) -> None:
     """Exit 2 with the holder's pid and host if another live process is writing this run (the
-    flow takes the lock itself for the whole run: trace_core.nodestore.lock)."""
-    from trace_core.nodestore.lock import RunLocked, acquire_run_lock, release_run_lock
-    from trace_core.run import RunRef
+    flow takes the lock itself for the whole run: trace_core.home.lock)."""
+    from trace_core.home.lock import RunLocked, acquire_run_lock, release_run_lock
+    from trace_core.stages.run import RunRef
 
     try:
         release_run_lock(acquire_run_lock(RunRef(str(home.resolve()), run_id).run_dir))
@@ -145,7 +145,7 @@ def _fail(err: Exception) -> None:
 def _train_config(config: Path | None, overrides: list[str] | None, home: Path):
     """The validated run config (an invalid one exits 2 with the field path and bad value)."""
     from trace_core.config import load_train_config
-    from trace_core.config_io import ConfigError
+    from trace_core.config.io import ConfigError
 
     _check_home(home, create=False)
     try:
@@ -162,7 +162,7 @@ def _train_config(config: Path | None, overrides: list[str] | None, home: Path):
 def _check_model(cfg) -> None:
     """The model the run starts from must be there: a missing directory exits 2 with one line,
     before a home, a flow run or a runs row exists."""
-    from trace_core.run import initial_checkpoint
+    from trace_core.stages.run import initial_checkpoint
 
     try:
         initial_checkpoint(cfg)
@@ -205,7 +205,7 @@ def _check_data(cfg) -> None:
     ``on_bad_row: error`` or an empty set exits 2 with one line, before anything starts."""
     if not cfg.data.enabled:
         return
-    from trace_core.datasets import DataError, loaded
+    from trace_core.envs.datasets import DataError, loaded
 
     try:
         loaded(cfg.data, progress=lambda line: typer.echo(line, err=True))

@@ -15,11 +15,11 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.train import named_run_id, train_flow
 from tasks.artifacts import name_flow_run, prefect_link_tags
-from trace_core.compare import comparison_markdown, comparison_table
+from trace_core.analysis.compare import comparison_markdown, comparison_table
+from trace_core.analysis.learning import at_budget, curve_frame, learning_markdown, learning_table, mean_ci
 from trace_core.config import TrainConfig
-from trace_core.learning import at_budget, curve_frame, learning_markdown, learning_table, mean_ci
-from trace_core.nodestore.layout import table_dir
-from trace_core.run import RunRef
+from trace_core.home.layout import table_dir
+from trace_core.stages.run import RunRef
 from tracking.links import git_state
 from tracking.mlflow_tracker import Tracker
 from tracking.plots_compare import plot_accuracy_vs_tokens, plot_effective_by_iteration, plot_learning_curves

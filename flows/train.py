@@ -29,12 +29,12 @@ from tasks.artifacts import (
 )
 from tasks.stages import StageRunner, stage_tasks
 from trace_core.config import TrainConfig
-from trace_core.config_io import config_hash
-from trace_core.nodestore.lock import hold_run_lock
-from trace_core.nodestore.run_row import recording_run
+from trace_core.config.io import config_hash
+from trace_core.home.lock import hold_run_lock
+from trace_core.home.run_row import recording_run
 from trace_core.policy.checkpoint import retire_checkpoints
-from trace_core.results import Evaluation, IterationResults, IterationTiming
-from trace_core.run import RunRef, initial_checkpoint, new_run_id
+from trace_core.stages.results import Evaluation, IterationResults, IterationTiming
+from trace_core.stages.run import RunRef, initial_checkpoint, new_run_id
 from trace_core.store import ensure_catalog
 from tracking.run_tracker import RunTracker, wall_metrics
 
@@ -76,7 +76,7 @@ def named_run_id() -> str | None:
     not a run id)."""
     from prefect.runtime import flow_run
 
-    from trace_core.run import check_run_id
+    from trace_core.stages.run import check_run_id
 
     name = flow_run.get_name()
     try:

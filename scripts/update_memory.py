@@ -6,7 +6,7 @@ Qwen3's full 151,936-row vocabulary (random weights; one process, float32, as th
 
 Each case runs the real ``update_policy`` (2 optimizer steps of one micro-batch: the second runs
 with the AdamW moments of the first in memory, the steady state) in its own process and reports
-the peak RSS above the RSS before the model was built, beside ``trace_core.capacity``'s
+the peak RSS above the RSS before the model was built, beside ``trace_core.analysis.capacity``'s
 prediction for the same shape; then the peak per 1k tokens at full vocabulary with and without
 ``logprob_chunk``.
 """
@@ -67,7 +67,7 @@ def measure(hidden: int, layers: int, length: int, chunk: int, ckpt: bool) -> di
 
 
 def predict(hidden: int, layers: int, length: int, chunk: int, ckpt: bool) -> float:
-    from trace_core.capacity import Shape, update_memory
+    from trace_core.analysis.capacity import Shape, update_memory
 
     shape = Shape(hidden, layers, 4, 2, hidden // 4, 3 * hidden, VOCAB, False)
     return update_memory(shape, tokens=MICRO * length, micro_batch=MICRO, world_size=1, strategy="single",

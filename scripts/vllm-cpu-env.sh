@@ -39,7 +39,7 @@ check_imports() {
 import importlib
 import importlib.util
 for mod in ("vllm", "ray", "trace_core.engines", "trace_core.engines.vllm", "trace_core.engines.pool",
-            "trace_core.rollout", "trace_core.envs", "trace_core.policy.live"):
+            "trace_core.rollout.agent_loop", "trace_core.envs", "trace_core.policy.live"):
     importlib.import_module(mod)
 import torch, vllm
 for banned in ("prefect", "mlflow"):

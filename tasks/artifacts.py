@@ -11,10 +11,10 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from trace_core.config import TrainConfig
-from trace_core.nodestore.layout import shard_path
-from trace_core.nodestore.shards import read_shard
-from trace_core.results import IterationResults
-from trace_core.run import RunRef
+from trace_core.home.layout import shard_path
+from trace_core.home.shards import read_shard
+from trace_core.stages.results import IterationResults
+from trace_core.stages.run import RunRef
 
 
 def _key(*parts: object) -> str:
@@ -89,7 +89,7 @@ def prefect_link_tags() -> dict[str, str]:
 def run_tags(run_id: str, cfg: TrainConfig) -> list[str]:
     """Prefect tags of a training run's flow run and of all its task runs: run id, strategy and
     config hash (filterable in the Prefect UI); task runs add ``iteration:N`` (``iteration_tag``)."""
-    from trace_core.config_io import config_hash
+    from trace_core.config.io import config_hash
 
     return [f"run:{run_id}", f"strategy:{cfg.allocation.strategy}", f"config:{config_hash(cfg)}"]
 

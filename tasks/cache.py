@@ -6,7 +6,7 @@ serializer of a cached result from the record's metadata file, so a planted reco
 a cached replay whatever serializer the task was configured with. This storage refuses, with a
 one-line ``ValueError`` naming the file, any record whose serializer is not exactly Prefect's
 plain JSON serializer, and any value that is not JSON or names a class outside
-``trace_core.results`` (and the ``datetime`` of a recorded row) (the JSON decoder imports the ``__class__`` it is given).
+``trace_core.stages.results`` (and the ``datetime`` of a recorded row) (the JSON decoder imports the ``__class__`` it is given).
 
 ``PortableInputs`` hashes the stage's inputs with the run home and the checkout written as
 placeholders, and the key storage maps a record written under another home onto this one
@@ -36,7 +36,7 @@ from pydantic_core import to_jsonable_python
 
 import trace_core
 
-ALLOWED_CLASS_PREFIX = "trace_core.results."
+ALLOWED_CLASS_PREFIX = "trace_core.stages.results."
 ALLOWED_CLASSES = frozenset({"datetime.datetime", "datetime.date"})  # a recorded row's timestamps
 log = get_logger("trace_rl.cache")
 CHECKOUT = str(Path(trace_core.__file__).resolve().parent)  # the package dir: shipped checkpoints live here
@@ -190,7 +190,7 @@ class PortableInputs(CachePolicy):
                 for name in self.ignored_run_fields:
                     value["run"].pop(name, None)
                 if getattr(getattr(inputs[key], "data", None), "enabled", False):  # dataset files: the tasks read from them, not only their names
-                    from trace_core.datasets import loaded
+                    from trace_core.envs.datasets import loaded
 
                     value["data_digest"] = loaded(inputs[key].data).digest
         data = _swap_prefix(_swap_prefix(data, str(Path(self.home).resolve()), "${home}"), CHECKOUT, "${trace_core}")

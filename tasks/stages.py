@@ -1,5 +1,5 @@
 """Thin Prefect tasks, one per stage of a TRACE iteration, each calling one function of
-``trace_core.iteration`` and returning its frozen record.
+``trace_core.stages.iteration`` and returning its frozen record.
 
 Caching is keyed on the task's inputs and source and the ``trace_core`` source digest (run id,
 iteration, config, checkpoint, upstream records; ``tasks.cache.PackageSource``), never on the
@@ -23,8 +23,8 @@ from prefect.cache_policies import TASK_SOURCE
 from prefect.task_engine import TaskRunTimeoutError
 
 from tasks.cache import JsonOnlyKeyStorage, PackageSource, PortableInputs, rebase
-from trace_core import iteration as it
-from trace_core.results import broken_output
+from trace_core.stages import iteration as it
+from trace_core.stages.results import broken_output
 
 # Engine faults (CUDA OOM, a lost NCCL peer, a dropped connection) are worth one more try; bugs
 # are not: ``retry_transient`` decides, per failure.

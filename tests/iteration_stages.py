@@ -3,7 +3,7 @@ the tests that exercise a stage on real rollouts of the shipped tiny policy."""
 
 from __future__ import annotations
 
-from trace_core import iteration as it
+from trace_core.stages import iteration as it
 
 
 def run_until_verified(ref, cfg, checkpoint: str, before) -> dict:

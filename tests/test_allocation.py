@@ -452,9 +452,9 @@ def test_effective_batch_sizes_the_iteration_by_the_last_effective_ratio(tmp_pat
 
     from trace_core.allocation.config import AllocationConfig
     from trace_core.allocation.planner import iteration_budget
-    from trace_core.nodestore.shards import ShardWriter
-    from trace_core.run import RunRef
-    from trace_core.spending import previous_effective_ratio
+    from trace_core.home.shards import ShardWriter
+    from trace_core.stages.run import RunRef
+    from trace_core.stages.spending import previous_effective_ratio
 
     cfg = AllocationConfig(budget_total=768, effective_batch=280)
     assert iteration_budget(cfg, 0, 0, None, 0.5) == 768

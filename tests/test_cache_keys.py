@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tasks.cache import CHECKOUT, PortableInputs
-from trace_core import datasets
 from trace_core.config import TrainConfig
-from trace_core.run import RunRef
+from trace_core.envs import datasets
+from trace_core.stages.run import RunRef
 
 
 def _key(home: str, cfg: TrainConfig, checkpoint: str) -> str:

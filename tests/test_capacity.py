@@ -11,7 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from flows.cli import app
-from trace_core.capacity import KNOWN_QWEN3, Shape, update_memory
+from trace_core.analysis.capacity import KNOWN_QWEN3, Shape, update_memory
 from trace_core.policy.config import ModelConfig
 from trace_core.policy.model import build_model, n_params
 

@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from trace_core.config import load_train_config
-from trace_core.config_io import ConfigError
-from trace_core.nodestore import queries
-from trace_core.nodestore.shards import ShardWriter
-from trace_core.run import RunRef, check_run_id
+from trace_core.config.io import ConfigError
+from trace_core.home import queries
+from trace_core.home.shards import ShardWriter
+from trace_core.stages.run import RunRef, check_run_id
 
 runner = CliRunner()
 

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from trace_core.config import TrainConfig, load_train_config
-from trace_core.config_io import ConfigError, apply_overrides, config_hash, dump_yaml, flatten
+from trace_core.config.io import ConfigError, apply_overrides, config_hash, dump_yaml, flatten
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

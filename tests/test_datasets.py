@@ -12,13 +12,13 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from trace_core.config import TrainConfig, load_train_config
-from trace_core.config_io import ConfigError
-from trace_core.datasets import DataError, data_envs, load_data, loaded
-from trace_core.datasets_config import DataConfig
+from trace_core.config.io import ConfigError
 from trace_core.envs import replay
 from trace_core.envs.config import EnvConfig
+from trace_core.envs.datasets import DataError, data_envs, load_data, loaded
+from trace_core.envs.datasets_config import DataConfig
 from trace_core.envs.synthetic import demonstration
-from trace_core.prompts import candidate_pool, heldout_pool, training_set
+from trace_core.stages.prompt_pools import candidate_pool, heldout_pool, training_set
 
 SAMPLES = Path(__file__).resolve().parents[1] / "trace_core" / "data" / "samples"
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ def test_gsm8k_tiny_config_pools_come_from_the_sample_file():
     assert not {t.prompt_id for t in train} & {t.prompt_id for t in held}
     cands = candidate_pool(cfg, 0)
     assert len(cands) == cfg.run.candidate_pool and {t.prompt_id for t in cands} <= {t.prompt_id for t in train}
-    from trace_core.iteration import environments
+    from trace_core.stages.iteration import environments
 
     assert set(environments(cfg)) == {"math"}
     math_env = environments(cfg)["math"]
@@ -157,9 +157,9 @@ def test_one_iteration_of_the_gsm8k_config_trains_on_dataset_prompts(tmp_path):
     import polars as pl
 
     from tests.iteration_stages import run_until_verified
-    from trace_core import iteration as it
-    from trace_core.nodestore.shards import read_shard
-    from trace_core.run import RunRef, initial_checkpoint
+    from trace_core.home.shards import read_shard
+    from trace_core.stages import iteration as it
+    from trace_core.stages.run import RunRef, initial_checkpoint
 
     cfg = load_train_config(ROOT / "configs" / "gsm8k-tiny.yaml", [
         "run.candidate_pool=8", "run.eval_tasks=4", "run.eval_samples=1", "allocation.budget_total=16",

@@ -25,9 +25,9 @@ RUN = textwrap.dedent("""
     import polars as pl
     from tests.iteration_stages import run_until_verified
     from tests.node_digest import node_digest
-    from trace_core import iteration as it
+    from trace_core.stages import iteration as it
     from trace_core.config import load_train_config
-    from trace_core.run import RunRef, initial_checkpoint
+    from trace_core.stages.run import RunRef, initial_checkpoint
     out = Path(sys.argv[1])
     cfg = load_train_config(sys.argv[2], [])
     ref = RunRef(str(out), "d")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from trace_core.analysis.headroom import ROOT_RULES, replay_roots
 from trace_core.config import TrainConfig
-from trace_core.headroom import ROOT_RULES, replay_roots
 
 
 def test_perfect_prediction_loses_nothing_and_trace_beats_uniform():

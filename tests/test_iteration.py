@@ -1,4 +1,4 @@
-"""The seven stages of ``trace_core.iteration`` called directly, in flow order, on the shipped
+"""The seven stages of ``trace_core.stages.iteration`` called directly, in flow order, on the shipped
 tiny policy (no Prefect): each returns its frozen record and writes what the next one reads."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from tests.iteration_stages import run_until_verified
-from trace_core import iteration as it
 from trace_core.config import load_train_config
 from trace_core.policy.model import TINY_WARM_DIR
-from trace_core.results import (
+from trace_core.stages import iteration as it
+from trace_core.stages.results import (
     Evaluation,
     Generation,
     IterationResults,
@@ -21,7 +21,7 @@ from trace_core.results import (
     RootAllocation,
     Verified,
 )
-from trace_core.run import RunRef, initial_checkpoint
+from trace_core.stages.run import RunRef, initial_checkpoint
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 pytestmark = pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),

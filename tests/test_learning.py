@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from trace_core.learning import (
+from trace_core.analysis.learning import (
     at_budget,
     curve_frame,
     learning_markdown,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trace_core.config import TrainConfig
-from trace_core.prompts import candidate_pool, heldout_pool, tasks_by_id, training_set
+from trace_core.stages.prompt_pools import candidate_pool, heldout_pool, tasks_by_id, training_set
 
 
 def _cfg(**run) -> TrainConfig:

@@ -11,9 +11,9 @@ from trace_core.engines.config import SamplingConfig
 from trace_core.engines.hf import HFEngine
 from trace_core.envs import make_env
 from trace_core.envs.synthetic import demonstration, generate_tasks
-from trace_core.nodes import NODE_SCHEMA, finalize_tree, node_id, root_rows, trajectories
 from trace_core.policy.update import build_sequences
-from trace_core.rollout import RolloutConfig, evaluate_rewards, extend_prefixes, run_rollouts
+from trace_core.rollout.agent_loop import RolloutConfig, evaluate_rewards, extend_prefixes, run_rollouts
+from trace_core.stages.nodes import NODE_SCHEMA, finalize_tree, node_id, root_rows, trajectories
 
 FAMILIES = ("math", "qa", "fc")
 
@@ -212,7 +212,7 @@ def test_shipped_warm_policy_plays_multi_turn_episodes():
 
 def test_request_seeds_differ_across_prompts():
     """Rollout j of two prompts must not share a random stream (the seed keys on the prompt)."""
-    from trace_core.rollout import _request_seed
+    from trace_core.rollout.agent_loop import _request_seed
 
     a, b = _request_seed(7, "p1", "r0", 0), _request_seed(7, "p2", "r0", 0)
     assert a != b and a == _request_seed(7, "p1", "r0", 0)
@@ -227,7 +227,7 @@ def test_one_rollouts_interface_local_and_ray_alike():
 
     from trace_core.config import load_train_config
     from trace_core.engines.pool import RolloutPool
-    from trace_core.rollouts import LocalRollouts, Rollouts, rollouts_for
+    from trace_core.rollout.interface import LocalRollouts, Rollouts, rollouts_for
 
     for name in ("raw", "extend", "evaluate"):
         want = inspect.signature(getattr(Rollouts, name))
@@ -252,8 +252,8 @@ def test_local_rollouts_are_the_agent_loop_on_the_live_policy():
     from trace_core.config import load_train_config
     from trace_core.policy.live import load_policy_for
     from trace_core.policy.model import TINY_WARM_DIR
-    from trace_core.rollouts import rollouts_for
-    from trace_core.run import initial_checkpoint
+    from trace_core.rollout.interface import rollouts_for
+    from trace_core.stages.run import initial_checkpoint
 
     if not (TINY_WARM_DIR / "config.json").is_file():
         pytest.skip("shipped tiny-warm checkpoint not built (trace-rl warmup)")

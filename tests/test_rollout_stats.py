@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "store"))
 from store_fixture import fixture_nodes  # noqa: E402
 
-from trace_core.rollout_stats import rollout_metrics  # noqa: E402
+from trace_core.analysis.rollout_stats import rollout_metrics  # noqa: E402
 
 
 @pytest.fixture()

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from trace_core.nodestore.lock import LOCK_FILE, RunLocked, acquire_run_lock, hold_run_lock, release_run_lock
+from trace_core.home.lock import LOCK_FILE, RunLocked, acquire_run_lock, hold_run_lock, release_run_lock
 
 ROOT = Path(__file__).resolve().parents[1]
-HOLD = "import sys, time; from trace_core.nodestore.lock import acquire_run_lock; acquire_run_lock(sys.argv[1]); " \
+HOLD = "import sys, time; from trace_core.home.lock import acquire_run_lock; acquire_run_lock(sys.argv[1]); " \
        "print('held', flush=True); time.sleep(60)"
 
 

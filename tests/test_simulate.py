@@ -5,7 +5,7 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from trace_core.simulate import SimulateConfig, format_table, run_simulation, sample_difficulty, walk
+from trace_core.analysis.simulate import SimulateConfig, format_table, run_simulation, sample_difficulty, walk
 from trace_core.utility import root_utility
 
 

@@ -19,11 +19,11 @@ import pytest
 import torch
 
 from tests.tinypolicy import one_thread, tiny_model  # noqa: F401
-from trace_core.nodestore.layout import write_parquet_atomic
+from trace_core.home.layout import write_parquet_atomic
 from trace_core.policy import checkpoint as ck
 from trace_core.policy.update import UpdateConfig, make_optimizer
-from trace_core.results import Evaluation
-from trace_core.run import RunRef
+from trace_core.stages.results import Evaluation
+from trace_core.stages.run import RunRef
 
 
 class Payload:

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from tests.iteration_stages import run_until_verified
-from trace_core import iteration as it
 from trace_core.config import load_train_config
 from trace_core.policy import live
 from trace_core.policy.checkpoint import load_model_state
 from trace_core.policy.model import TINY_WARM_DIR
-from trace_core.run import RunRef, initial_checkpoint
+from trace_core.stages import iteration as it
+from trace_core.stages.run import RunRef, initial_checkpoint
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 pytestmark = pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),

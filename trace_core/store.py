@@ -1,6 +1,6 @@
 """The DuckDB side of the node store: the catalogue file and query execution.
 
-Training writes only Parquet shards (``trace_core.nodestore.shards``); DuckDB reads them through views
+Training writes only Parquet shards (``trace_core.home.shards``); DuckDB reads them through views
 defined in ``sql/schema.sql``. The catalogue's views hold absolute paths under the home
 directory ``DIR`` (rebuilt if ``DIR`` moves), so ``duckdb -readonly DIR/trace.duckdb`` works
 from anywhere.
@@ -25,8 +25,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from trace_core.nodestore import objstore
-from trace_core.nodestore.layout import (
+from trace_core.home import objstore
+from trace_core.home.layout import (
     GLOB_CHARS,
     SCHEMA_SHARD,
     TABLES,
@@ -34,7 +34,7 @@ from trace_core.nodestore.layout import (
     table_glob,
     table_shards,
 )
-from trace_core.nodestore.shards import CorruptShard, bad_shards, ensure_schema_shards
+from trace_core.home.shards import CorruptShard, bad_shards, ensure_schema_shards
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def _apply_schema(con: duckdb.DuckDBPyConnection, home: Path) -> None:
 def connect(home_dir: str | Path, exclude: Collection[Path] = ()) -> duckdb.DuckDBPyConnection:
     """A private in-memory DuckDB with the store's views over ``home_dir``'s shards (less the
     files in ``exclude``). An ``s3://`` home is read through pyarrow's S3 filesystem
-    (``trace_core.nodestore.objstore``): DuckDB's httpfs extension would have to be downloaded first."""
+    (``trace_core.home.objstore``): DuckDB's httpfs extension would have to be downloaded first."""
     if objstore.is_remote(home_dir):
         ensure_schema_shards(home_dir)
         con = duckdb.connect(":memory:")

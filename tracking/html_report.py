@@ -17,8 +17,8 @@ from pathlib import Path
 
 import polars as pl
 
-from trace_core.nodestore.queries import run_named_query
-from trace_core.outfile import write_output
+from trace_core.analysis.outfile import write_output
+from trace_core.home.queries import run_named_query
 from trace_core.store import query, sql_dir
 from tracking.plots import (
     plot_accuracy,
@@ -213,6 +213,6 @@ def render_html_report(home_dir: str | Path, run_id: str, *, trees: int = 3, pro
 
 def write_html_report(home_dir: str | Path, run_id: str, out: str | Path, *, trees: int = 3,
                       prompt_id: str | None = None) -> Path:
-    """Write the report page to ``out``, a regular file (``trace_core.outfile``: atomically)."""
+    """Write the report page to ``out``, a regular file (``trace_core.analysis.outfile``: atomically)."""
     page = render_html_report(home_dir, run_id, trees=trees, prompt_id=prompt_id)
     return write_output(Path(out), page)

@@ -14,7 +14,7 @@ import functools
 import re
 from pathlib import Path
 
-from trace_core.nodestore.run_row import git, git_commit
+from trace_core.home.run_row import git, git_commit
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _CHECKOUT = Path(__file__).resolve().parents[1]

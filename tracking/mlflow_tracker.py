@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trace_core.config_io import flatten
-from trace_core.tracking_config import TrackingConfig
+from trace_core.config.io import flatten
+from trace_core.config.tracking import TrackingConfig
 from tracking.journal import Journal, write_atomic
 from tracking.sqlite_store import prepare_sqlite_store, rehome_local_store, sqlite_path
 

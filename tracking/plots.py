@@ -14,7 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from trace_core.nodestore.queries import run_named_query
+from trace_core.home.queries import run_named_query
 
 ACCURACY_COLUMNS = ("accuracy", "accuracy_math", "accuracy_qa", "accuracy_fc")
 

@@ -47,7 +47,7 @@ def plot_learning_curves(curves: pl.DataFrame, path: Path, x: str = "tokens", fa
     CI band, one line per strategy; each run's curve is interpolated on a common grid first."""
     import numpy as np
 
-    from trace_core.learning import mean_ci
+    from trace_core.analysis.learning import mean_ci
 
     fig, ax = new_figure()
     sub = curves.filter(pl.col("family") == family)

@@ -37,7 +37,7 @@ def dataset_records(cfg: TrainConfig) -> list[dict[str, Any]]:
     """One JSON record per data file (name, local path, loader, context, digest, rows)."""
     if not cfg.data.enabled:
         return []
-    from trace_core.datasets import dataset_digest, loaded, resolve
+    from trace_core.envs.datasets import dataset_digest, loaded, resolve
 
     data = loaded(cfg.data)
     out = []

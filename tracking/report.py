@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 from pydantic import BaseModel
 
-from trace_core.config_io import dump_yaml
-from trace_core.nodestore.queries import run_named_query
+from trace_core.config.io import dump_yaml
+from trace_core.home.queries import run_named_query
 from tracking.plots import write_run_plots
 
 if TYPE_CHECKING:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trace_core.analysis.rollout_stats import rollout_metrics
 from trace_core.config import TrainConfig
-from trace_core.nodestore.shards import read_shard
+from trace_core.home.shards import read_shard
 from trace_core.policy.config import checkpoint_sizes
-from trace_core.results import Evaluation, IterationResults, IterationTiming
-from trace_core.rollout_stats import rollout_metrics
-from trace_core.run import RunRef, initial_checkpoint
+from trace_core.stages.results import Evaluation, IterationResults, IterationTiming
+from trace_core.stages.run import RunRef, initial_checkpoint
 from tracking.journal import read_int
 from tracking.links import git_state, mlflow_run_url
 from tracking.mlflow_tracker import Tracker
@@ -114,7 +114,7 @@ class RunTracker:
 
     def log_iteration(self, i: int, results: IterationResults, row: dict) -> None:
         """Iteration ``i``'s metrics at step ``i``: the store's ``iteration`` column; with them the
-        rollout statistics RL users know (``trace_core.rollout_stats``) from the iteration's nodes."""
+        rollout statistics RL users know (``trace_core.analysis.rollout_stats``) from the iteration's nodes."""
         nodes = read_shard(Path(results.verified.nodes))
         rollout = rollout_metrics(nodes, max_new_tokens=self.cfg.sampling.max_new_tokens,
                                   seconds=results.stage_seconds())

@@ -66,7 +66,7 @@ def send_traces(tracking_uri: str, run_id: str, experiment_id: str, op: dict[str
     from mlflow import MlflowClient
     from mlflow.entities import AssessmentSource, SpanType
 
-    from trace_core.nodestore.shards import read_shard
+    from trace_core.home.shards import read_shard
 
     mlflow.set_tracking_uri(tracking_uri)
     client = MlflowClient(tracking_uri)

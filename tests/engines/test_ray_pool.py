@@ -33,7 +33,7 @@ def ray_local():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     from trace_core.policy.live import forget_policies
-    from trace_core.rollouts import close_rollouts
+    from trace_core.rollout.interface import close_rollouts
 
     close_rollouts()
     forget_policies()  # the in-process runs here updated a cached model: later tests start from files
@@ -67,9 +67,9 @@ def test_shard_groups_keeps_equal_keys_together_and_balances():
 def test_node_table_same_for_0_1_2_workers_and_after_an_update(ray_local, tmp_path):
     """Stages 1-7 of iteration 0, then the raw rollouts of iteration 1 from the updated checkpoint:
     1 worker gives exactly the in-process table, 2 workers the same up to log-prob rounding."""
-    from trace_core import iteration as it
-    from trace_core.rollouts import close_rollouts, rollouts_for
-    from trace_core.run import RunRef, initial_checkpoint
+    from trace_core.rollout.interface import close_rollouts, rollouts_for
+    from trace_core.stages import iteration as it
+    from trace_core.stages.run import RunRef, initial_checkpoint
 
     out = {}
     for w in (0, 1, 2):
@@ -98,9 +98,9 @@ def test_node_table_same_for_0_1_2_workers_and_after_an_update(ray_local, tmp_pa
 
 
 def test_a_worker_killed_mid_stage_loses_and_duplicates_nothing(ray_local, tmp_path):
-    from trace_core import iteration as it
-    from trace_core.prompts import candidate_pool
-    from trace_core.run import initial_checkpoint
+    from trace_core.stages import iteration as it
+    from trace_core.stages.prompt_pools import candidate_pool
+    from trace_core.stages.run import initial_checkpoint
 
     cfg = _cfg(2)
     ck = initial_checkpoint(cfg)

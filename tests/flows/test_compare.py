@@ -69,7 +69,7 @@ def test_learning_benchmark_smoke(prefect_server, tmp_path):
     budget: the evaluations view holds the warm start and every evaluation, and the report leads
     with learning curves (accuracy at equal tokens, time-to-accuracy) and their plots."""
     from flows.compare import compare_flow
-    from trace_core.prompts import heldout_pool
+    from trace_core.stages.prompt_pools import heldout_pool
     from trace_core.store import query
 
     cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=2", "run.eval_every=1",

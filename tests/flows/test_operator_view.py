@@ -125,7 +125,7 @@ def test_prefect_runs_are_tagged_and_artifacts_rounded(ran):
         FlowRunFilterId,
     )
 
-    from trace_core.config_io import config_hash
+    from trace_core.config.io import config_hash
 
     home, first, _ = ran
     cfg = load_train_config(ROOT / "configs" / "small-ci.yaml",

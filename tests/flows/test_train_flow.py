@@ -39,7 +39,7 @@ def test_flow_writes_every_iteration(trained):
 
 
 def test_catalogue_answers_wasted_queries(trained):
-    from trace_core.nodestore.queries import run_named_query
+    from trace_core.home.queries import run_named_query
     from trace_core.store import ensure_catalog
 
     home, _, _ = trained

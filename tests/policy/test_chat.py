@@ -130,7 +130,7 @@ def test_run_config_selects_the_template_and_rollouts_use_it(qwen3_dir, monkeypa
     from trace_core.policy.live import load_policy_for
 
     monkeypatch.setattr(live, "_CACHE", {})  # a fresh process: the policy is built from this model
-    from trace_core.rollout import RolloutConfig, run_rollouts
+    from trace_core.rollout.agent_loop import RolloutConfig, run_rollouts
 
     cfg = TrainConfig.model_validate({"model": {"path": str(qwen3_dir), "chat_template": "tokenizer",
                                                 "enable_thinking": False}, "run": {"device": "cpu"}})

@@ -21,7 +21,7 @@ from trace_core.policy.config import UpdateConfig
 from trace_core.policy.distributed import UpdateJob, launch_update, read_batch, write_batch
 from trace_core.policy.model import TINY_WARM_DIR, load_policy
 from trace_core.policy.update import TrainSequence, collate, make_optimizer, token_logprobs, update_policy
-from trace_core.results import UpdateStats
+from trace_core.stages.results import UpdateStats
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(), reason="shipped tiny checkpoint missing"),
@@ -162,10 +162,10 @@ def test_update_stage_launches_fsdp_with_kl(tmp_path):
     """The run's update stage with ``update.strategy=fsdp, world_size=2`` and a KL term: the same
     step as the in-process stage on the same verified trees (reference: the run's warm start)."""
     from tests.iteration_stages import run_until_verified
-    from trace_core import iteration as it
     from trace_core.config import load_train_config
     from trace_core.policy import live
-    from trace_core.run import RunRef, initial_checkpoint
+    from trace_core.stages import iteration as it
+    from trace_core.stages.run import RunRef, initial_checkpoint
 
     live._CACHE.clear()
     configs = TINY_WARM_DIR.parents[2] / "configs"

@@ -19,7 +19,7 @@ from trace_core.policy.checkpoint import (
     save_checkpoint,
 )
 from trace_core.policy.update import UpdateConfig, make_optimizer
-from trace_core.results import output_problem
+from trace_core.stages.results import output_problem
 
 
 def test_keep_newest_and_best():

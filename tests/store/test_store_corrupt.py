@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from trace_core import store
-from trace_core.nodestore.shards import CorruptShard, bad_shards, read_shard
+from trace_core.home.shards import CorruptShard, bad_shards, read_shard
 
 COUNT = "SELECT run_id, iteration, count(*) AS n FROM nodes GROUP BY ALL ORDER BY ALL"
 

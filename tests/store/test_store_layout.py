@@ -13,11 +13,11 @@ from store_fixture import build_fixture_store, fixture_nodes
 
 from trace_core import store
 from trace_core.config import TrainConfig
-from trace_core.nodestore import queries
-from trace_core.nodestore.layout import table_dir
-from trace_core.nodestore.migrate import LayoutConflict, migrate_layout
-from trace_core.nodestore.run_row import git_commit, recording_run, write_run_row
-from trace_core.nodestore.shards import ShardWriter
+from trace_core.home import queries
+from trace_core.home.layout import table_dir
+from trace_core.home.migrate import LayoutConflict, migrate_layout
+from trace_core.home.run_row import git_commit, recording_run, write_run_row
+from trace_core.home.shards import ShardWriter
 
 QUERIES = ("wasted_by_iteration", "wasted_by_task", "wasted_by_depth", "top_wasted_prompts", "iteration_summary")
 

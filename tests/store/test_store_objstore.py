@@ -9,8 +9,8 @@ import pytest
 from store_fixture import build_fixture_store, fixture_nodes
 
 from trace_core import store
-from trace_core.nodestore import objstore, queries
-from trace_core.nodestore.shards import ShardWriter
+from trace_core.home import objstore, queries
+from trace_core.home.shards import ShardWriter
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 from flows.cli import app
 from trace_core import store
 from trace_core.config import TrainConfig
-from trace_core.nodestore import queries
-from trace_core.nodestore.run_row import write_run_row
-from trace_core.nodestore.shards import ShardWriter
+from trace_core.home import queries
+from trace_core.home.run_row import write_run_row
+from trace_core.home.shards import ShardWriter
 
 runner = CliRunner()
 

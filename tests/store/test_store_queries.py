@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 from store_fixture import build_fixture_store
 
-from trace_core.nodestore import queries
+from trace_core.home import queries
 from trace_core.store import query
 
 

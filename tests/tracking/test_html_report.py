@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 from store_fixture import build_fixture_store  # noqa: E402
 
-from trace_core.nodestore.queries import run_named_query  # noqa: E402
+from trace_core.home.queries import run_named_query  # noqa: E402
 from tracking.html_report import UnknownRun, html_table, render_html_report  # noqa: E402
 
 EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*(?!["']?(?:data:|#))|url\(|@import|<script|<link""", re.I)

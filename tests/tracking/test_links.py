@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trace_core.results import IterationTiming
+from trace_core.stages.results import IterationTiming
 from tracking.links import git_state, mlflow_link_markdown, mlflow_run_url
 from tracking.run_tracker import accuracy_metrics, wall_metrics
 

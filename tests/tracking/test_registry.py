@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from trace_core.config import TrainConfig
-from trace_core.config_io import dump_yaml
+from trace_core.config.io import dump_yaml
+from trace_core.config.tracking import TrackingConfig
 from trace_core.policy.config import TINY_WARM_DIR
-from trace_core.tracking_config import TrackingConfig
 from tracking.mlflow_tracker import Tracker
 from tracking.registry import dataset_records, model_files
 

@@ -11,7 +11,7 @@ import pytest
 
 import tracking.run_tracker as rt
 from trace_core.config import load_train_config
-from trace_core.run import RunRef
+from trace_core.stages.run import RunRef
 from tracking.journal import Journal
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 from store_fixture import build_fixture_store  # noqa: E402
 
-from trace_core.nodestore.layout import shard_path  # noqa: E402
-from trace_core.nodestore.shards import read_shard  # noqa: E402
+from trace_core.home.layout import shard_path  # noqa: E402
+from trace_core.home.shards import read_shard  # noqa: E402
 from tracking.traces import send_traces, trajectory_traces  # noqa: E402
 
 

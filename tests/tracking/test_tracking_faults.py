@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from trace_core.config import load_train_config
-from trace_core.run import RunRef
-from trace_core.tracking_config import TrackingConfig
+from trace_core.config.tracking import TrackingConfig
+from trace_core.stages.run import RunRef
 from tracking.journal import Journal
 from tracking.mlflow_tracker import Tracker
 from tracking.sqlite_store import half_made
@@ -37,7 +37,7 @@ SESSION = textwrap.dedent("""
     import logging, sys
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     from tracking.mlflow_tracker import Tracker
-    from trace_core.tracking_config import TrackingConfig
+    from trace_core.config.tracking import TrackingConfig
     home, first, last, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     tr = Tracker(home, "r", config=TrackingConfig(retry_initial_s=0.05, retry_max_s=0.5))
     tr.log_params({"lr": 0.001})

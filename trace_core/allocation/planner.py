@@ -27,8 +27,8 @@ difficulty) cell — on that stratum's share of ``B`` (its share of the candidat
 remainder; ``split_budget``), so that no family whose prompts all look near v = 0.5 takes the
 whole budget. Each stratum keeps its own reserve, price and second wave.
 
-Pure (numpy in, frozen dataclasses out, no I/O): ``trace_core.iteration`` calls it with the
-predictor's values, ``trace_core.simulate`` with oracle-noised ones, so the simulator runs the
+Pure (numpy in, frozen dataclasses out, no I/O): ``trace_core.stages.iteration`` calls it with the
+predictor's values, ``trace_core.analysis.simulate`` with oracle-noised ones, so the simulator runs the
 same decisions as the training flow. Strategy-specific rules stay in the strategy registry
 (``strategies.py``); this module sequences them.
 """

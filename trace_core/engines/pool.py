@@ -1,4 +1,4 @@
-"""The Ray implementation of ``trace_core.rollouts.Rollouts``: a pool of rollout workers, each an
+"""The Ray implementation of ``trace_core.rollout.interface.Rollouts``: a pool of rollout workers, each an
 actor holding a ``LocalRollouts`` (engine ``run.engine``, the environments and the live policy),
 possibly in its own Python environment (the vLLM worker env).
 
@@ -39,7 +39,7 @@ import polars as pl
 if TYPE_CHECKING:
     from trace_core.engines.config import SamplingConfig
     from trace_core.envs.base import Task
-    from trace_core.rollout import RolloutConfig
+    from trace_core.rollout.agent_loop import RolloutConfig
 
 
 # ----------------------------------------------------------------------------- sharding
@@ -79,8 +79,8 @@ class RolloutWorker:
         import torch
 
         from trace_core.config import TrainConfig
-        from trace_core.iteration import environments
-        from trace_core.rollouts import LocalRollouts
+        from trace_core.rollout.interface import LocalRollouts
+        from trace_core.stages.iteration import environments
 
         torch.set_num_threads(threads)
         cfg = TrainConfig.model_validate_json(cfg_json)
@@ -245,7 +245,7 @@ class RolloutPool:
                seed: int) -> pl.DataFrame:
         """``rollout.extend_prefixes`` sharded by prompt text; the same rows in the same order."""
         if not counts:
-            from trace_core.nodes import nodes_frame
+            from trace_core.stages.nodes import nodes_frame
 
             return nodes_frame([])
         prompt_of = dict(zip(nodes["node_id"].to_list(), nodes["prompt_id"].to_list(), strict=True))

@@ -35,7 +35,7 @@ from typing import Any
 
 from trace_core.engines.base import GenRequest, GenResult, sample_seed
 from trace_core.engines.config import SamplingConfig, VLLMConfig
-from trace_core.run import bounded_seed
+from trace_core.stages.run import bounded_seed
 
 VLLM_MISSING = "needs vLLM: run inside the environment scripts/vllm-cpu-env.sh builds"
 log = logging.getLogger(__name__)

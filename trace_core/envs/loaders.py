@@ -16,7 +16,7 @@ Formats (``.jsonl``, ``.json`` array or JSON lines, ``.parquet`` — read with p
 GSM8K, MATH, HotpotQA, MuSiQue and xLAM convert one record at a time (``ROW_LOADERS``):
 ``load_rows`` reports a bad record (not JSON, a missing or mistyped field, an empty question or
 answer) as ``file:line: bad <format> row: why`` and raises or skips it; training on whole files
-(mixing, held-out split, corpus) is ``trace_core.datasets``.
+(mixing, held-out split, corpus) is ``trace_core.envs.datasets``.
 
 BFCL data offline (the ``bfcl-eval`` wheel unpacked, never installed): ``scripts/fetch-bfcl-eval.sh
 DIR``, then ``load_bfcl("DIR/bfcl_eval/data", "simple_python")``.

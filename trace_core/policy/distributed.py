@@ -42,7 +42,7 @@ from safetensors.torch import save_file
 
 from trace_core.policy.config import UpdateConfig
 from trace_core.policy.update import TrainSequence, set_checkpointing, token_logprobs
-from trace_core.results import UpdateStats
+from trace_core.stages.results import UpdateStats
 
 JOB, BATCH, RESULT, LOG = "job.json", "batch.safetensors", "result.json", "worker.log"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """Sampled success of a policy on held-out generator tasks: the warm-start success table.
 
-Episodes run through the one agent loop (``trace_core.rollout.evaluate_rewards``); this module
+Episodes run through the one agent loop (``trace_core.rollout.agent_loop.evaluate_rewards``); this module
 picks the held-out tasks and summarises rewards per (family, difficulty) cell, with the share
 of samples in mixed-outcome groups. ``record_success`` measures a checkpoint with the ``hf``
 engine and true temperature sampling (temperature 1, no top-k / top-p).
@@ -42,7 +42,7 @@ def policy_rewards(model: Any, tokenizer: Any, tasks: Sequence[Task], n: int, *,
     from trace_core.engines.hf import HFEngine
     from trace_core.envs import make_env
     from trace_core.policy.chat import ChatFormat
-    from trace_core.rollout import RolloutConfig, evaluate_rewards
+    from trace_core.rollout.agent_loop import RolloutConfig, evaluate_rewards
 
     chat = ChatFormat(tokenizer)
     envs = {f: make_env(f, **(env_kwargs or {})) for f in sorted({t.family for t in tasks})}
@@ -106,7 +106,7 @@ def record_success(
     table = success_table(tasks, rewards)
     table["measured"] = {"n_per_cell": n_per_cell, "n": n, "seed": seed, "temperature": 1.0, "top_k": 0,
                          "max_new_tokens": max_new_tokens, "heldout_seed": HELDOUT_SEED,
-                         "loop": "trace_core.rollout.evaluate_rewards",
+                         "loop": "trace_core.rollout.agent_loop.evaluate_rewards",
                          "eval_s": round(time.perf_counter() - t0, 1)}
     recipe_path = ckpt / "recipe.json"
     recipe = json.loads(recipe_path.read_text()) if recipe_path.is_file() else {}

@@ -4,7 +4,7 @@ Stages exchange only checkpoint paths; the heavy objects are built from a path o
 a process and cached here, so a resumed run or a Prefect worker rebuilds exactly the same state.
 A new checkpoint of the same run reloads weights into the cached engine instead of rebuilding
 it, as a vLLM worker must. Which engine a process holds is the caller's explicit choice: the
-flow's process ``run.flow_engine``, a rollout worker ``run.engine`` (``trace_core.rollouts``).
+flow's process ``run.flow_engine``, a rollout worker ``run.engine`` (``trace_core.rollout.interface``).
 ``fresh=True`` also reloads the trainer model's weights from the checkpoint when the cached model
 may have drifted from it (a failed update attempt stepped it).
 """

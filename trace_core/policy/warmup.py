@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trace_core.config_io import config_hash
+from trace_core.config.io import config_hash
 from trace_core.policy.chat import ChatFormat
 from trace_core.policy.config import ModelConfig, WarmupConfig
 from trace_core.policy.demos import demo_stream
@@ -233,7 +233,7 @@ def warm_start(config_path: str | Path | None, out_dir: str | Path, *, overrides
     run SFT into ``out_dir``, then (``evaluate``) measure and record the success table."""
     import yaml
 
-    from trace_core.config_io import apply_overrides, validate
+    from trace_core.config.io import apply_overrides, validate
 
     data = yaml.safe_load(Path(config_path).read_text()) if config_path else {}
     data = apply_overrides(data or {}, overrides or [])

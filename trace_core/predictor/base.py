@@ -1,6 +1,6 @@
 """Predictor protocol, fit report, labels and the predictor registry.
 
-A predictor maps rollout-tree nodes (rows of ``trace_core.nodes.NODE_SCHEMA``) to success
+A predictor maps rollout-tree nodes (rows of ``trace_core.stages.nodes.NODE_SCHEMA``) to success
 probabilities, one model for prompts (roots) and turn prefixes alike:
 
 * ``fit(nodes, *, cell_prior=None) -> FitReport`` with *all labelled nodes so far* (every earlier
@@ -42,7 +42,9 @@ import polars as pl
 
 from trace_core.predictor.config import PredictorConfig
 from trace_core.registry import Registry
-from trace_core.results import FitReport  # the report is a stage record's field (Prefect caches it as JSON)
+from trace_core.stages.results import (
+    FitReport,  # the report is a stage record's field (Prefect caches it as JSON)
+)
 
 
 @runtime_checkable

@@ -1,6 +1,6 @@
 """SYNTHETIC rollout trees for exercising the predictor (tests, benchmarks) — not a policy.
 
-A latent-logit world, NOT the tiny policy and NOT the oracle simulator of ``trace_core.simulate``:
+A latent-logit world, NOT the tiny policy and NOT the oracle simulator of ``trace_core.analysis.simulate``:
 each prompt has a skill logit ``a = 1.6 - 0.8*difficulty + family offset + N(0, prompt_sd)`` that
 rises by ``improve`` per iteration (the policy learns). A trajectory starts at ``z = a + N(0, 0.5)``
 and each turn adds ``N(0, step_sd)``; a tool error (prob ``sigmoid(-z - 1)``) costs 0.6 logits; the
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from trace_core.nodes import NODE_SCHEMA, node_id
+from trace_core.stages.nodes import NODE_SCHEMA, node_id
 
 FAMILIES = {"math": 0.3, "qa": 0.0, "fc": -0.3}
 _WORDS = "river castle author city founder museum album singer bridge treaty".split()

@@ -7,7 +7,7 @@
     new = ro.extend(checkpoint, tasks_by_prompt, nodes, counts, sampling=..., cfg=..., seed=...)
     rewards = ro.evaluate(checkpoint, tasks, samples, sampling=..., cfg=..., seed=...)
 
-* ``LocalRollouts``: the agent loop (``trace_core.rollout``) on this process's live policy at
+* ``LocalRollouts``: the agent loop (``trace_core.rollout.agent_loop``) on this process's live policy at
   ``checkpoint`` (``policy.live``), with the engine and torch threads it is given.
 * ``RolloutPool`` (``engines.pool``): the same calls sharded over ``run.rollout_workers`` Ray
   actors, each holding a ``LocalRollouts`` with engine ``run.engine`` and ``ray.worker_threads``
@@ -31,7 +31,7 @@ from trace_core.config import TrainConfig
 from trace_core.engines.config import SamplingConfig
 from trace_core.envs.base import Env, Task
 from trace_core.policy.live import load_policy_for
-from trace_core.rollout import RolloutConfig, evaluate_rewards, extend_prefixes, run_rollouts
+from trace_core.rollout.agent_loop import RolloutConfig, evaluate_rewards, extend_prefixes, run_rollouts
 
 
 class Rollouts(Protocol):
@@ -90,7 +90,7 @@ _LOCK = threading.Lock()
 def rollouts_for(cfg: TrainConfig) -> Rollouts:
     """The run's rollouts: a Ray pool of ``run.rollout_workers`` (>= 1) workers, kept while the
     config keeps what the workers hold (engine, model, environments, Ray settings), else local."""
-    from trace_core.iteration import environments
+    from trace_core.stages.iteration import environments
 
     if cfg.run.rollout_workers == 0:
         return LocalRollouts(cfg, environments(cfg), engine=cfg.run.engine, threads=cfg.run.threads)

@@ -45,15 +45,15 @@ from pathlib import Path
 
 import numpy as np
 
-from trace_core.datasets_config import DataConfig, DatasetFile
 from trace_core.envs.base import Env, Task
 from trace_core.envs.config import EnvConfig
+from trace_core.envs.datasets_config import DataConfig, DatasetFile
 
 log = logging.getLogger(__name__)
 
 #: Relative paths that do not exist from the working directory are looked up here (the checkout,
 #: so ``trace_core/data/samples/...`` works from anywhere).
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]
 MAX_REPORTED = 10  # bad rows printed one by one; the rest are counted
 
 

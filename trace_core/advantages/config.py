@@ -1,6 +1,6 @@
 """Settings of the advantage estimator (the ``advantage`` section): pure pydantic.
 
-The estimator name is checked against the registry in ``trace_core.advantage`` lazily, when a
+The estimator name is checked against the registry in ``trace_core.advantages.estimators`` lazily, when a
 config is built.
 """
 
@@ -29,7 +29,7 @@ class AdvantageConfig(BaseModel):
     @field_validator("estimator")
     @classmethod
     def _registered(cls, v: str) -> str:
-        from trace_core.advantage import get_adv_est  # lazy: the config imports no estimator
+        from trace_core.advantages.estimators import get_adv_est  # lazy: the config imports no estimator
 
         try:
             get_adv_est(v)

@@ -1,8 +1,8 @@
 """Parquet shards of the node store: rows conformed to their table, written, read, checked.
 
-Paths, table schemas and the atomic file write are ``trace_core.nodestore.layout``. Homes written in
+Paths, table schemas and the atomic file write are ``trace_core.home.layout``. Homes written in
 the older ``run=R/iter=N`` layout are moved into the current one when opened
-(``trace_core.nodestore.migrate``). This module does not import duckdb; the DuckDB catalogue over
+(``trace_core.home.migrate``). This module does not import duckdb; the DuckDB catalogue over
 these files lives in ``trace_core.store``.
 """
 
@@ -12,9 +12,8 @@ from pathlib import Path
 
 import polars as pl
 
-from trace_core.nodes import with_anchors
-from trace_core.nodestore import objstore
-from trace_core.nodestore.layout import (
+from trace_core.home import objstore
+from trace_core.home.layout import (
     COMPRESSION,
     COMPRESSION_LEVEL,
     SCHEMA_SHARD,
@@ -28,7 +27,8 @@ from trace_core.nodestore.layout import (
     table_shards,
     write_parquet_atomic,
 )
-from trace_core.nodestore.migrate import migrate_layout
+from trace_core.home.migrate import migrate_layout
+from trace_core.stages.nodes import with_anchors
 
 
 def conform(frame: pl.DataFrame, table: str) -> pl.DataFrame:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_core.nodestore.layout import shard_path
-from trace_core.nodestore.shards import read_shard
-from trace_core.run import RunRef
+from trace_core.home.layout import shard_path
+from trace_core.home.shards import read_shard
+from trace_core.stages.run import RunRef
 
 
 def previous_continuations(ref: RunRef, iteration: int) -> int | None:

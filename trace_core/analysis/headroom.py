@@ -19,18 +19,18 @@ import numpy as np
 import polars as pl
 
 from trace_core.config import TrainConfig
+from trace_core.home.layout import shard_path
+from trace_core.home.shards import read_shard
 from trace_core.metrics import expected_effective_ratio
-from trace_core.nodestore.layout import shard_path
-from trace_core.nodestore.shards import read_shard
-from trace_core.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed
+from trace_core.stages.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed
 
 ROOT_RULES = ("grpo", "pcl", "trace/groups", "trace/trajectories")
 
 
 def sampled_success(cfg: TrainConfig, checkpoint: str, tasks, samples: int, seed: int) -> np.ndarray:
     """``(len(tasks),)`` mean reward of ``samples`` episodes per task (the true v, estimated)."""
-    from trace_core.iteration import rollout_config
-    from trace_core.rollouts import rollouts_for
+    from trace_core.rollout.interface import rollouts_for
+    from trace_core.stages.iteration import rollout_config
 
     sampling = cfg.sampling.model_copy(update={"seed": bounded_seed(seed)})
     rewards = rollouts_for(cfg).evaluate(checkpoint, list(tasks), samples, sampling=sampling, cfg=rollout_config(cfg),
@@ -61,7 +61,7 @@ def replay_roots(v_true: np.ndarray, v_pred: np.ndarray, cfg: TrainConfig, seed:
 
 def headroom(cfg: TrainConfig, ref: RunRef, iterations: list[int], samples: int = 16) -> pl.DataFrame:
     """The replay table for ``iterations`` of the run ``ref`` (its prompts shards and checkpoints)."""
-    from trace_core.prompts import tasks_by_id
+    from trace_core.stages.prompt_pools import tasks_by_id
 
     out = []
     for i in iterations:

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trace_core.nodestore.shards import shard_error
+from trace_core.home.shards import shard_error
 
 
 class StageResult(BaseModel):

@@ -11,7 +11,7 @@
 
 Each stage is a function over files (no Prefect, no MLflow): it reads the references earlier
 stages returned, does one thing, writes its output atomically and returns a frozen record
-(``trace_core.results``) that Prefect can cache and replay after a crash. Stage outputs that are
+(``trace_core.stages.results``) that Prefect can cache and replay after a crash. Stage outputs that are
 not final live under ``runs/<id>/staging/``; the verified node table is the shard behind the
 ``nodes`` view.
 """
@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from trace_core.advantage import compute_advantages
+from trace_core.advantages.estimators import compute_advantages
 from trace_core.allocation import get_strategy
 from trace_core.allocation.planner import (
     RootPlan,
@@ -37,13 +37,15 @@ from trace_core.allocation.planner import (
     stratum_labels,
 )
 from trace_core.config import TrainConfig
+from trace_core.home.layout import shard_path, write_parquet_atomic
+from trace_core.home.shards import ShardWriter, read_shard
 from trace_core.metrics import trajectory_metrics
-from trace_core.nodes import nodes_frame, root_rows, with_prefix_decisions
-from trace_core.nodestore.layout import shard_path, write_parquet_atomic
-from trace_core.nodestore.shards import ShardWriter, read_shard
 from trace_core.policy.live import load_policy_for
-from trace_core.prompts import candidate_pool, heldout_pool, probe_pool, tasks_by_id
-from trace_core.records import (
+from trace_core.rollout.agent_loop import RolloutConfig
+from trace_core.rollout.interface import rollouts_for
+from trace_core.stages.nodes import nodes_frame, root_rows, with_prefix_decisions
+from trace_core.stages.prompt_pools import candidate_pool, heldout_pool, probe_pool, tasks_by_id
+from trace_core.stages.records import (
     confirmed_confident_share,
     iteration_row,
     prediction_rows,
@@ -51,7 +53,7 @@ from trace_core.records import (
     prospective_metrics,
     reverify,
 )
-from trace_core.results import (
+from trace_core.stages.results import (
     Evaluation,
     Extensions,
     Generation,
@@ -62,20 +64,18 @@ from trace_core.results import (
     RootAllocation,
     Verified,
 )
-from trace_core.rollout import RolloutConfig
-from trace_core.rollouts import rollouts_for
-from trace_core.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed
-from trace_core.spending import previous_continuations, previous_effective_ratio, spent_tokens
+from trace_core.stages.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed
+from trace_core.stages.spending import previous_continuations, previous_effective_ratio, spent_tokens
 from trace_core.utility import prefix_utility, root_utility
 
 
 # ----------------------------------------------------------------------------- shared settings
 @lru_cache(maxsize=4)
 def _envs(env_json: str, data_json: str) -> dict:
-    from trace_core.datasets import data_envs
-    from trace_core.datasets_config import DataConfig
     from trace_core.envs import make_envs
     from trace_core.envs.config import EnvConfig
+    from trace_core.envs.datasets import data_envs
+    from trace_core.envs.datasets_config import DataConfig
 
     env, data = EnvConfig.model_validate_json(env_json), DataConfig.model_validate_json(data_json)
     return data_envs(env, data) if data.enabled else make_envs(env)

@@ -14,9 +14,9 @@ from typing import Literal
 import polars as pl
 
 from trace_core import store as catalogue
-from trace_core.nodestore import objstore
-from trace_core.nodestore.layout import check_home_path
-from trace_core.outfile import check_out_path, write_output
+from trace_core.analysis.outfile import check_out_path, write_output
+from trace_core.home import objstore
+from trace_core.home.layout import check_home_path
 
 OutputFormat = Literal["table", "csv", "parquet"]
 FORMATS: tuple[str, ...] = ("table", "csv", "parquet")
@@ -49,7 +49,7 @@ def run_named_query(home_dir: str | Path, name: str, run_id: str | None = None, 
                     skip_bad: bool = False) -> pl.DataFrame:
     """Run ``sql/NAME.sql`` over the shards under ``home_dir``; ``run_id=None`` = all runs;
     ``skip_bad``: leave out shards that do not open (``CorruptShard`` names the first otherwise).
-    ``home_dir`` may be an object-storage home (``s3://bucket/prefix``, see ``trace_core.nodestore.objstore``)."""
+    ``home_dir`` may be an object-storage home (``s3://bucket/prefix``, see ``trace_core.home.objstore``)."""
     return catalogue.query(home_dir, load_query(name), {"run_id": run_id}, skip_bad=skip_bad)
 
 

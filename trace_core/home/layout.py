@@ -11,7 +11,7 @@ views read ``run_id`` / ``iteration`` from the path and skip the files a filter 
 A file is written to a temporary name in its own directory, fsynced, then ``os.replace``d onto
 its final name, so a reader sees either the whole shard or none of it, and re-running a stage
 replaces its shard instead of adding duplicate rows. Both the shard writer
-(``trace_core.nodestore.shards``) and the migration of older homes (``trace_core.nodestore.migrate``)
+(``trace_core.home.shards``) and the migration of older homes (``trace_core.home.migrate``)
 build on this module.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import polars as pl
 
-from trace_core.nodes import NODE_SCHEMA
+from trace_core.stages.nodes import NODE_SCHEMA
 
 PROMPT_SCHEMA: dict[str, pl.DataType] = {
     "run_id": pl.Utf8,

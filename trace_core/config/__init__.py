@@ -12,15 +12,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trace_core.advantage_config import AdvantageConfig
+from trace_core.advantages.config import AdvantageConfig
 from trace_core.allocation.config import AllocationConfig
-from trace_core.config_io import load_config
-from trace_core.datasets_config import DataConfig
+from trace_core.config.io import load_config
+from trace_core.config.tracking import TrackingConfig
 from trace_core.engines.config import RayConfig, SamplingConfig, VLLMConfig
 from trace_core.envs.config import EnvConfig
+from trace_core.envs.datasets_config import DataConfig
 from trace_core.policy.config import ModelConfig, UpdateConfig, WarmupConfig
 from trace_core.predictor.config import PredictorConfig
-from trace_core.tracking_config import TrackingConfig
 
 
 class RunConfig(BaseModel):
@@ -107,7 +107,7 @@ class TrainConfig(BaseModel):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
     vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="vLLM engine settings (run.engine=vllm).")
     data: DataConfig = Field(default_factory=DataConfig,
-                             description="Training / held-out prompts from local dataset files (trace_core.datasets).")
+                             description="Training / held-out prompts from local dataset files (trace_core.envs.datasets).")
     ray: RayConfig = Field(default_factory=RayConfig, description="Rollout workers on Ray (trace_core.engines.pool).")
 
     @model_validator(mode="after")

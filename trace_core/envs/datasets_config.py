@@ -1,4 +1,4 @@
-"""Settings of the ``data`` section (local dataset files, ``trace_core.datasets``): pure pydantic.
+"""Settings of the ``data`` section (local dataset files, ``trace_core.envs.datasets``): pure pydantic.
 
 Loader names are checked against the registry in ``trace_core.envs.loaders`` lazily, when a
 config is built.

@@ -1,7 +1,7 @@
 """The prompt pools of a run: the fixed training set, each iteration's candidates, the held-out set.
 
 They come from the dataset files of the ``data`` section when it names training files
-(``trace_core.datasets``: weighted mixing, held-out split), else from the synthetic generators.
+(``trace_core.envs.datasets``: weighted mixing, held-out split), else from the synthetic generators.
 Each pool depends only on the config and the iteration, so every strategy of a comparison sees
 the same prompts in the same order, and each is computed once per process (a stage asks for
 the tasks it needs by prompt id instead of re-deriving the pool).
@@ -15,7 +15,7 @@ import numpy as np
 
 from trace_core.config import TrainConfig
 from trace_core.envs.base import Task
-from trace_core.run import iteration_seed
+from trace_core.stages.run import iteration_seed
 
 
 @lru_cache(maxsize=4)
@@ -30,7 +30,7 @@ def training_set(cfg: TrainConfig) -> tuple[Task, ...]:
     """The fixed training prompts (``run.train_prompts`` of them, or every usable row of the
     data files) candidates are drawn from."""
     if cfg.data.enabled:
-        from trace_core.datasets import loaded
+        from trace_core.envs.datasets import loaded
 
         return loaded(cfg.data).train_tasks
     return _training_set(cfg.env.model_dump_json(), cfg.run.train_prompts, iteration_seed(cfg, 0, "train-set"))
@@ -43,7 +43,7 @@ def _candidates(cfg_json: str, iteration: int) -> tuple[Task, ...]:
     cfg = TrainConfig.model_validate_json(cfg_json)
     seed = iteration_seed(cfg, iteration, "pool")
     if cfg.data.enabled:
-        from trace_core.datasets import loaded, weighted_pick
+        from trace_core.envs.datasets import loaded, weighted_pick
 
         data = loaded(cfg.data)
         return weighted_pick(data, min(cfg.run.candidate_pool, len(data.train_tasks)), np.random.default_rng(seed))
@@ -87,7 +87,7 @@ def heldout_pool(cfg: TrainConfig) -> list[Task]:
     from trace_core.policy.evaluate import heldout_tasks
 
     if cfg.data.enabled:
-        from trace_core.datasets import heldout_pick, loaded
+        from trace_core.envs.datasets import heldout_pick, loaded
 
         return heldout_pick(loaded(cfg.data), cfg.run.eval_tasks, cfg.run.seed)
 

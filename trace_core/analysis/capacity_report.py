@@ -1,4 +1,4 @@
-"""``trace-rl plan``: the capacity plan of a run config as text (formulas in ``trace_core.capacity``).
+"""``trace-rl plan``: the capacity plan of a run config as text (formulas in ``trace_core.analysis.capacity``).
 
 Where things run is read from the config: the update on ``update.world_size`` GPUs (one rank each;
 ``single``: the flow's GPU); vLLM either colocated with the flow on GPU 0 (``run.rollout_workers:
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trace_core.capacity import (
+from trace_core.analysis.capacity import (
     GIB,
     PROMPT_TOKENS,
     SLEEP_RESIDUE_GIB,

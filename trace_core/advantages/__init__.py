@@ -1,0 +1,1 @@
+"""Advantages: registered estimators over the node table (``estimators``) and their settings (``config``)."""
