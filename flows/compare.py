@@ -23,6 +23,7 @@ from trace_core.stages.run import RunRef
 from tracking.links import git_state
 from tracking.mlflow_tracker import Tracker
 from tracking.plots_compare import plot_accuracy_vs_tokens, plot_effective_by_iteration, plot_learning_curves
+from tracking.run_tracker import trained_params
 
 
 def child_run_id(compare_id: str, strategy: str, seed: int) -> str:
@@ -101,7 +102,9 @@ def compare_flow(config: TrainConfig, strategies: list[str], seeds: int = 1, hom
     tcfg = base.tracking.model_copy(update={"tracking_uri": tracking_uri or base.tracking.tracking_uri})
     parent = Tracker(home, cid, config=tcfg, tags={"trace_rl.kind": "compare"})
     parent.set_tags({**git_state(), **prefect_link_tags()})
-    parent.log_params({"strategies": ",".join(strategies), "seeds": seeds, **base.model_dump(mode="json")})
+    # the config as the children log it: `model` states the loaded checkpoint's sizes and path, not
+    # the size fields that only shape a model built from scratch
+    parent.log_params({"strategies": ",".join(strategies), "seeds": seeds, **trained_params(base)})
     jobs = []
     for seed in range(seeds):
         for strat in strategies:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
+from trace_core.analysis.learning import curve_frame, learning_markdown, learning_table
 from trace_core.analysis.outfile import write_output
 from trace_core.home.queries import run_named_query
 from trace_core.store import query, sql_dir
@@ -27,7 +28,7 @@ from tracking.plots import (
     plot_effective_ratio,
     plot_waste,
 )
-from tracking.plots_compare import plot_effective_by_iteration
+from tracking.plots_compare import plot_effective_by_iteration, plot_learning_curves
 from tracking.tree_view import TREE_CSS, render_trees, tree_nodes
 
 CSS = """
@@ -51,6 +52,8 @@ th { background: #f6f8fa; position: sticky; top: 0; }
 td.s, th.s { text-align: left; }
 code { background: #eff1f3; padding: 1px 5px; border-radius: 4px; font-size: 12px; }
 .none { color: #57606a; font-style: italic; }
+.whole .tbl { flex: 1 1 100%; max-height: none; }
+.whole table { width: 100%; }
 """
 
 
@@ -82,11 +85,13 @@ def html_table(frame: pl.DataFrame, max_rows: int = 60, drop: tuple[str, ...] = 
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
 
 
-def _section(title: str, query_names: list[str], run_id: str, images: list[str], tables: list[str], note: str = "") -> str:
+def _section(title: str, query_names: list[str], run_id: str, images: list[str], tables: list[str], note: str = "",
+             whole: bool = False) -> str:
     cmds = " ".join(f"<code>trace-rl sql {q} --run-id {html.escape(run_id)}</code>" for q in query_names)
     imgs = "".join(f'<img alt="{html.escape(title)}" src="{src}">' for src in images)
     tbls = "".join(f'<div class="tbl">{t}</div>' for t in tables)
-    return (f"<section><h2>{html.escape(title)}</h2><p>{note} {cmds}</p>"
+    cls = ' class="whole"' if whole else ""  # whole: tables get the page's width, nothing clipped
+    return (f"<section{cls}><h2>{html.escape(title)}</h2><p>{note} {cmds}</p>"
             f'<div class="row">{imgs}{tbls}</div></section>')
 
 
@@ -143,21 +148,58 @@ def _tree_section(home: Path, run_id: str, trees: int, prompt_id: str | None, ti
             f"<code>trace-rl report {html.escape(run_id)} --trees N --prompt ID</code></p>{body}</section>")
 
 
+#: the iteration columns a reader compares strategies by (the page shows every row, whole)
+ITERATION_COLUMNS = ("run_id", "strategy", "iteration", "budget_used", "tokens", "effective_ratio",
+                     "wasted_share", "accuracy_before", "accuracy")
+
+
+def _learning_section(home: Path, compare_id: str, its: pl.DataFrame, strategies: list[str]) -> str:
+    """Held-out accuracy against tokens and seconds with 95% CI bands over seeds, then the paired
+    differences to the baseline and the tokens / seconds to its final accuracy."""
+    text = (sql_dir() / "catalog" / "comparison_evaluations.sql").read_text()
+    evals = query(home, text, {"run_id": compare_id})
+    if not its.height or evals.height == 0 or evals["iteration"].n_unique() < 2:
+        return ('<section class="whole"><h2>Learning curves</h2><p class="none">Fewer than two evaluations per '
+                "run: train the comparison with <code>--set run.eval_every=N</code> to draw learning curves.</p>"
+                "</section>")
+    curves = curve_frame(its, evals)
+    baseline = "grpo" if "grpo" in strategies else strategies[0]
+    table, ctx = learning_table(curves, baseline=baseline, order=strategies)
+    lines = learning_markdown(table, ctx).splitlines()
+    head = [c.strip() for c in lines[2].strip("|").split("|")]
+    # a ratio column is named after the column it divides: "tokens to target ×"
+    head = [f"{head[i - 1]} {c}" if c == "×" else c for i, c in enumerate(head)]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[4:]]
+    frame = pl.DataFrame(rows, schema=head, orient="row")
+    images = [_png(lambda b: plot_learning_curves(curves, b, x="tokens")),
+              _png(lambda b: plot_learning_curves(curves, b, x="seconds"))]
+    imgs = "".join(f'<img alt="learning curves" src="{src}">' for src in images)
+    return (f'<section class="whole"><h2>Learning curves</h2><p>{html.escape(lines[0])} Paired: each seed '
+            f"against the same seed of {html.escape(baseline)}. <code>trace-rl sql iteration_summary --run-id "
+            f"{html.escape(compare_id)}</code></p>"
+            f'<div class="row">{imgs}</div>'
+            f'<div class="row"><div class="tbl">{html_table(frame, drop=())}</div></div></section>')
+
+
 def render_comparison_report(home: Path, compare_id: str, children: pl.DataFrame) -> str:
-    """The page of a comparison id: its children side by side (strategy table, effective ratio and
-    accuracy per iteration, one row per child and iteration)."""
+    """The page of a comparison id. It leads with the outcome (learning curves against tokens and
+    seconds, paired differences, time-to-accuracy), then the budget and waste, every child's
+    iterations, and each child's most wasteful tree."""
     q = {name: run_named_query(home, name, run_id=compare_id) for name in (
         "effective_ratio_by_strategy", "iteration_summary", "wasted_by_iteration", "budget_by_depth")}
     its = q["iteration_summary"]
+    strategies = list(dict.fromkeys(children["strategy"].to_list())) if children.height else []
+    whole = [c for c in ITERATION_COLUMNS if c in its.columns]
     sections = [
-        _section("Strategies", ["effective_ratio_by_strategy"], compare_id,
+        _learning_section(home, compare_id, its, strategies),
+        _section("Budget: effective ratio by strategy", ["effective_ratio_by_strategy"], compare_id,
                  [_png(lambda b: plot_effective_by_iteration(its, b))] if its.height else [],
                  [html_table(q["effective_ratio_by_strategy"])], "Pooled over the comparison's seeds."),
         _section("Child runs", [], compare_id, [], [html_table(children, drop=())]),
         _section("Iterations of every child", ["iteration_summary"], compare_id, [],
-                 [html_table(its.drop("timings"), max_rows=400, drop=())]),
+                 [html_table(its.select(whole), max_rows=400, drop=())], whole=True),
         _section("Waste by iteration", ["wasted_by_iteration"], compare_id, [],
-                 [html_table(q["wasted_by_iteration"], max_rows=400, drop=())]),
+                 [html_table(q["wasted_by_iteration"], max_rows=400, drop=())], whole=True),
         *[_tree_section(home, child, 1, None, f"Most wasteful tree of {child} ({strategy})")
           for child, strategy in children.select("run_id", "strategy").iter_rows()],
     ]

@@ -40,6 +40,26 @@ def test_compare_two_strategies(prefect_server, tmp_path):
     assert runs["parent_run_id"].to_list() == ["cmp", "cmp"], runs
     assert f"]({art}/effective_ratio_by_iteration.png)" in out["report"]
     assert not re.search(r"\d\.\d+e[+-]\d+", out["report"]), out["report"]
+    # the parent run's params describe the model the children loaded (its config.json), as theirs do
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    found = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    params = {r.data.tags.get("mlflow.runName", r.info.run_name): r.data.params for r in found}
+    assert set(params) == {"cmp", "cmp-grpo-s0", "cmp-trace-s0"}, set(params)
+    model_keys = ("model.hidden_size", "model.num_layers", "model.head_dim", "model.path")
+    assert {k: params["cmp"][k] for k in model_keys} == {k: params["cmp-trace-s0"][k] for k in model_keys}
+    assert params["cmp"]["model.hidden_size"] == "128" and params["cmp"]["model.path"] == str(TINY_WARM_DIR)
+    # the comparison's page leads with the outcome: learning curves (tokens, seconds) and the paired
+    # table, then the budget; the iteration table holds only the columns strategies are compared by
+    from tracking.html_report import comparison_children, render_comparison_report
+
+    page = render_comparison_report(tmp_path, "cmp", comparison_children(tmp_path, "cmp"))
+    titles = re.findall(r"<h2>([^<]*)</h2>", page)
+    assert titles[:2] == ["Learning curves", "Budget: effective ratio by strategy"], titles
+    learning = page[page.index("<h2>Learning curves</h2>"):page.index("<h2>Budget")]
+    assert len(re.findall(r'src="data:image/png;base64,', learning)) == 2 and "(paired)" in learning
+    assert ">timings<" not in page and ">accuracy_math<" not in page
 
 
 @pytest.mark.ray
