@@ -32,9 +32,9 @@ import torch  # noqa: E402
 
 from trace_core.config import load_train_config  # noqa: E402
 from trace_core.engines.pool import RolloutPool  # noqa: E402
-from trace_core.policy.live import load_policy_for  # noqa: E402
-from trace_core.rollout.interface import LocalRollouts  # noqa: E402
-from trace_core.stages import iteration as it  # noqa: E402
+from trace_core.envs.datasets import build_environments  # noqa: E402
+from trace_core.rollout.local import LocalRollouts  # noqa: E402
+from trace_core.runtime import rollout_config  # noqa: E402
 from trace_core.stages.prompt_pools import candidate_pool  # noqa: E402
 from trace_core.stages.run import initial_checkpoint  # noqa: E402
 
@@ -55,7 +55,7 @@ def main() -> None:
     torch.set_num_threads(1)
     ck = initial_checkpoint(cfg)
     tasks = list(candidate_pool(cfg, 0))[:args.prompts]
-    kw = {"sampling": cfg.sampling, "cfg": it.rollout_config(cfg).model_copy(update={"progress": False}),
+    kw = {"sampling": cfg.sampling, "cfg": rollout_config(cfg).model_copy(update={"progress": False}),
           "seed": 11, "run_id": "bench", "iteration": 0}
     counts = [args.m] * len(tasks)
     print(f"load before: {os.getloadavg()[0]:.2f}  batch: {len(tasks)} prompts x {args.m} episodes, "
@@ -65,8 +65,8 @@ def main() -> None:
     # 3 logical CPUs: pool(1)'s actor idles while pool(2)'s two run (the machine has 2 cores)
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     pols = {w: RolloutPool(cfg, workers=w) for w in (1, 2)}
-    local = LocalRollouts(cfg, it.environments(cfg), engine=cfg.run.engine, threads=1)
-    load_policy_for(cfg, ck, engine=local.engine, threads=local.threads)  # its weights loaded before timing
+    local = LocalRollouts.for_config(cfg, build_environments(cfg.env, cfg.data), engine=cfg.run.engine, threads=1)
+    local.live.get(ck, engine=local.engine, threads=local.threads)  # its weights loaded before timing
     runs = {"in-process": lambda: local.raw(ck, tasks, counts, **kw),
             "pool(1)": lambda: pols[1].raw(ck, tasks, counts, **kw),
             "pool(2)": lambda: pols[2].raw(ck, tasks, counts, **kw)}

@@ -27,7 +27,7 @@ import polars as pl
 
 from trace_core.home.queries import load_query, run_named_query
 from trace_core.home.shards import ShardWriter
-from trace_core.stages.nodes import NODE_SCHEMA
+from trace_core.nodes import NODE_SCHEMA
 from trace_core.store import connect
 
 RAW, TURNS, EXT, EXT_TURNS = 8, 3, 2, 2

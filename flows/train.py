@@ -33,6 +33,7 @@ from trace_core.config.io import config_hash
 from trace_core.home.lock import hold_run_lock
 from trace_core.home.run_row import recording_run
 from trace_core.policy.checkpoint import retire_checkpoints
+from trace_core.runtime import Runtime
 from trace_core.stages.results import Evaluation, IterationResults, IterationTiming
 from trace_core.stages.run import RunRef, initial_checkpoint, new_run_id
 from trace_core.store import ensure_catalog
@@ -96,7 +97,7 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
         name_flow_run(ref.run_id)  # a no-op when run_name made the id
     with hold_run_lock(ref.run_dir), recording_run(  # one writer per run; the run's row in the `runs` view
             ref.home, ref.run_id, cfg, strategy=cfg.allocation.strategy, seed=cfg.run.seed,
-            parent_run_id=parent_tracking_run):  # a compare child names its comparison
+            parent_run_id=parent_tracking_run), Runtime(cfg) as rt:  # a compare child names its comparison
         t = stage_tasks(ref.home, timeout=cfg.run.stage_timeout_s)
         log = get_run_logger()
         log.info("run %s  strategy=%s  config=%s  home=%s", ref.run_id, cfg.allocation.strategy, config_hash(cfg), ref.home)
@@ -109,7 +110,7 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
         checkpoint = initial_checkpoint(cfg)
         log.info("held-out evaluation before training: %s", eval_plan(cfg))
         with prefect_tags(*tags):
-            accuracy = before = t.evaluate(cfg, checkpoint)  # its per-cell outcomes: the predictor's first prior
+            accuracy = before = t.evaluate(cfg, checkpoint, rt)  # its per-cell outcomes: the predictor's first prior
         log.info("held-out accuracy before training: %s", eval_result(before))
         tracker.log_evaluation(accuracy, trained=0)
         publish_mlflow_link(ref.run_id, tracker.mlflow_link())  # the MLflow run, from the Prefect UI
@@ -120,18 +121,18 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
             run.next_iteration(tags=[*tags, iteration_tag(i)])
             predictor = run(t.refresh_predictor, ref, cfg, i, before)                              # (1)
             roots = run(t.allocate_roots, ref, cfg, i, predictor)                                  # (2)
-            raw = run(t.generate_raw_rollouts, ref, cfg, i, checkpoint, roots)                     # (3)
+            raw = run(t.generate_raw_rollouts, ref, cfg, i, checkpoint, roots, rt)                 # (3)
             prefixes = run(t.score_prefixes, ref, cfg, i, predictor, roots, raw)                   # (4)
-            extensions = run(t.extend_and_refill, ref, cfg, i, checkpoint, raw, prefixes)            # (5)
-            verified = run(t.verify_rewards, ref, cfg, i, predictor, roots, raw, prefixes, extensions)  # (6)
-            update = run(t.update_policy, ref, cfg, i, checkpoint, verified)                       # (7)
+            extensions = run(t.extend_and_refill, ref, cfg, i, checkpoint, raw, prefixes, rt)      # (5)
+            verified = run(t.verify_rewards, ref, cfg, i, predictor, roots, raw, prefixes, extensions, rt)  # (6)
+            update = run(t.update_policy, ref, cfg, i, checkpoint, verified, rt)                   # (7)
             checkpoint = update.checkpoint
 
             last = i == cfg.run.iterations - 1
             due = last or (cfg.run.eval_every and (i + 1) % cfg.run.eval_every == 0)
             if due:
                 log.info("held-out evaluation after iter %d: %s", i, eval_plan(cfg))
-            accuracy = run(t.evaluate, cfg, checkpoint) if due else Evaluation()
+            accuracy = run(t.evaluate, cfg, checkpoint, rt) if due else Evaluation()
             results = IterationResults(predictor=predictor, roots=roots, raw=raw, prefixes=prefixes,
                                        extensions=extensions, verified=verified, update=update)
             row = run(t.record_iteration, ref, cfg, i, results, accuracy, before if i == 0 else None)

@@ -35,6 +35,8 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 import trace_core
+from trace_core.envs.datasets import loaded
+from trace_core.runtime import Runtime
 
 ALLOWED_CLASS_PREFIX = "trace_core.stages.results."
 ALLOWED_CLASSES = frozenset({"datetime.datetime", "datetime.date"})  # a recorded row's timestamps
@@ -184,14 +186,14 @@ class PortableInputs(CachePolicy):
     ignored_run_fields: tuple[str, ...] = ("keep_checkpoints", "keep_best_checkpoint", "stage_timeout_s")
 
     def compute_key(self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: Any, **kwargs: Any) -> str:
-        data = to_jsonable_python(inputs or {})
+        # the run's runtime (environments, live policy, rollout workers) changes how a stage runs, never what it computes
+        inputs = {k: v for k, v in (inputs or {}).items() if not isinstance(v, Runtime)}
+        data = to_jsonable_python(inputs)
         for key, value in data.items():
             if isinstance(value, dict) and isinstance(value.get("run"), dict):  # a TrainConfig
                 for name in self.ignored_run_fields:
                     value["run"].pop(name, None)
                 if getattr(getattr(inputs[key], "data", None), "enabled", False):  # dataset files: the tasks read from them, not only their names
-                    from trace_core.envs.datasets import loaded
-
                     value["data_digest"] = loaded(inputs[key].data).digest
         data = _swap_prefix(_swap_prefix(data, str(Path(self.home).resolve()), "${home}"), CHECKOUT, "${trace_core}")
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

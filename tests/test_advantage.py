@@ -7,7 +7,7 @@ import pytest
 
 from trace_core.advantages.config import AdvantageConfig
 from trace_core.advantages.estimators import compute_advantages, get_adv_est, register_adv_est
-from trace_core.stages.nodes import nodes_frame
+from trace_core.nodes import nodes_frame
 
 
 def _node(nid, parent, reward=None, leaf=False, prompt="p"):
@@ -108,7 +108,7 @@ def _random_trees(seed: int, graded: bool) -> list[dict]:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_subtree_stats_match_brute_force(seed):
-    from trace_core.stages.nodes import finalize_tree, path_to_root, subtree_stats
+    from trace_core.nodes import finalize_tree, path_to_root, subtree_stats
 
     rows = _random_trees(seed, graded=seed % 2 == 1)
     nodes = nodes_frame(rows)
@@ -170,7 +170,7 @@ def test_children_value_equals_leaves_without_branches(scale):
 @pytest.mark.parametrize("seed", range(4))
 def test_children_value_matches_recursion(seed):
     from trace_core.advantages.estimators import child_values
-    from trace_core.stages.nodes import subtree_stats
+    from trace_core.nodes import subtree_stats
 
     rows = _random_trees(seed, graded=True)
     nodes = nodes_frame(rows)

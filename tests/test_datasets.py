@@ -144,10 +144,11 @@ def test_gsm8k_tiny_config_pools_come_from_the_sample_file():
     assert not {t.prompt_id for t in train} & {t.prompt_id for t in held}
     cands = candidate_pool(cfg, 0)
     assert len(cands) == cfg.run.candidate_pool and {t.prompt_id for t in cands} <= {t.prompt_id for t in train}
-    from trace_core.stages.iteration import environments
+    from trace_core.envs.datasets import build_environments
 
-    assert set(environments(cfg)) == {"math"}
-    math_env = environments(cfg)["math"]
+    envs = build_environments(cfg.env, cfg.data)
+    assert set(envs) == {"math"}
+    math_env = envs["math"]
     assert all(replay(math_env, t, demonstration(t))[1][-1].reward == 1.0 for t in train[:10])
 
 
@@ -158,6 +159,7 @@ def test_one_iteration_of_the_gsm8k_config_trains_on_dataset_prompts(tmp_path):
 
     from tests.iteration_stages import run_until_verified
     from trace_core.home.shards import read_shard
+    from trace_core.runtime import Runtime
     from trace_core.stages import iteration as it
     from trace_core.stages.run import RunRef, initial_checkpoint
 
@@ -165,11 +167,12 @@ def test_one_iteration_of_the_gsm8k_config_trains_on_dataset_prompts(tmp_path):
         "run.candidate_pool=8", "run.eval_tasks=4", "run.eval_samples=1", "allocation.budget_total=16",
         "allocation.group_size=4", "allocation.max_per_prompt=4", "sampling.max_new_tokens=32", "env.max_turns=3"])
     ref, ckpt = RunRef(str(tmp_path / "home"), "gsm8k"), initial_checkpoint(cfg)
-    before = it.evaluate(cfg, ckpt)
+    rt = Runtime(cfg)
+    before = it.evaluate(cfg, ckpt, rt)
     assert [c[:2] for c in before.cells] == [("math", 0)] and sum(c[3] for c in before.cells) == 4
-    out = run_until_verified(ref, cfg, ckpt, before)
+    out = run_until_verified(ref, cfg, ckpt, before, rt)
     nodes = read_shard(out["verified"].nodes)
     train_ids = {t.prompt_id for t in training_set(cfg)}
     assert set(nodes["prompt_id"].unique()) <= train_ids and nodes.filter(pl.col("is_leaf")).height > 0
-    update = it.update_policy(ref, cfg, 0, ckpt, out["verified"])
+    update = it.update_policy(ref, cfg, 0, ckpt, out["verified"], rt)
     assert Path(update.checkpoint, "config.json").is_file()

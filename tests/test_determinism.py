@@ -27,12 +27,14 @@ RUN = textwrap.dedent("""
     from tests.node_digest import node_digest
     from trace_core.stages import iteration as it
     from trace_core.config import load_train_config
+    from trace_core.runtime import Runtime
     from trace_core.stages.run import RunRef, initial_checkpoint
     out = Path(sys.argv[1])
     cfg = load_train_config(sys.argv[2], [])
     ref = RunRef(str(out), "d")
     ck = initial_checkpoint(cfg)
-    st = run_until_verified(ref, cfg, ck, it.evaluate(cfg, ck))
+    rt = Runtime(cfg)
+    st = run_until_verified(ref, cfg, ck, it.evaluate(cfg, ck, rt), rt)
     nodes = pl.read_parquet(st["verified"].nodes, hive_partitioning=False)
     print(json.dumps({"eff": st["verified"].effective_ratio, "digest": node_digest(nodes)}))
 """)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from tests.iteration_stages import run_until_verified
 from trace_core.config import load_train_config
 from trace_core.policy.model import TINY_WARM_DIR
+from trace_core.runtime import Runtime
 from trace_core.stages import iteration as it
 from trace_core.stages.results import (
     Evaluation,
@@ -24,17 +25,26 @@ from trace_core.stages.results import (
 from trace_core.stages.run import RunRef, initial_checkpoint
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+SETS = ["run.eval_tasks=12", "allocation.budget_total=48"]
 pytestmark = pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
                                 reason="shipped tiny checkpoint missing: run `trace-rl warmup`")
 
 
 @pytest.fixture(scope="module")
-def one_iteration(tmp_path_factory):
-    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.eval_tasks=12", "allocation.budget_total=48"])
+def runtime():
+    """The module's runtime (environments, live policy, local rollouts), as a run has one."""
+    with Runtime(load_train_config(CONFIGS / "small-ci.yaml", SETS)) as rt:
+        yield rt
+
+
+@pytest.fixture(scope="module")
+def one_iteration(tmp_path_factory, runtime):
+    RT = runtime
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", SETS)
     ref = RunRef(str(tmp_path_factory.mktemp("home")), "it")
     ckpt = initial_checkpoint(cfg)
-    stages = run_until_verified(ref, cfg, ckpt, it.evaluate(cfg, ckpt))
-    results = IterationResults(**stages, update=it.update_policy(ref, cfg, 0, ckpt, stages["verified"]))
+    stages = run_until_verified(ref, cfg, ckpt, it.evaluate(cfg, ckpt, RT), RT)
+    results = IterationResults(**stages, update=it.update_policy(ref, cfg, 0, ckpt, stages["verified"], RT))
     return cfg, ref, results
 
 
@@ -97,9 +107,9 @@ def test_records_round_trip_as_json(one_iteration):
         res.raw.trajectories = 0  # frozen
 
 
-def test_evaluate_and_record(one_iteration):
+def test_evaluate_and_record(one_iteration, runtime):
     cfg, ref, res = one_iteration
-    ev = it.evaluate(cfg, res.update.checkpoint)
+    ev = it.evaluate(cfg, res.update.checkpoint, runtime)
     assert isinstance(ev, Evaluation) and 0.0 <= ev.accuracy <= 1.0
     assert sum(n for *_, n in ev.cells) == len(it.heldout_pool(cfg)) * cfg.run.eval_samples
     row = it.record_iteration(ref, cfg, 0, res, ev)
@@ -143,7 +153,7 @@ def test_equal_tokens_budget(one_iteration):
     assert it.allocate_roots(ref, cfg, 1, res.predictor).budget == cfg.allocation.budget_total
 
 
-def test_stratified_plan_gives_each_family_its_share(one_iteration):
+def test_stratified_plan_gives_each_family_its_share(one_iteration, runtime):
     """allocation.stratify=task on real candidates and raw rollouts: the roots, the continuations and
     the second wave of each family stay within its share of the budget (its share of the pool)."""
     from trace_core.allocation.planner import split_budget
@@ -155,7 +165,7 @@ def test_stratified_plan_gives_each_family_its_share(one_iteration):
     fams = list(dict.fromkeys(prompts["task"].to_list()))
     share = dict(zip(fams, split_budget(scfg.allocation.budget_total,
                                         [prompts.filter(pl.col("task") == f).height for f in fams]), strict=True))
-    raw = it.generate_raw_rollouts(ref, scfg, 0, initial_checkpoint(scfg), roots)
+    raw = it.generate_raw_rollouts(ref, scfg, 0, initial_checkpoint(scfg), roots, runtime)
     prefixes = it.score_prefixes(ref, scfg, 0, res.predictor, roots, raw)
     nodes = pl.read_parquet(raw.path)
     k = pl.read_parquet(prefixes.path).join(nodes.select("node_id", "task"), on="node_id")

@@ -11,9 +11,9 @@ from trace_core.engines.config import SamplingConfig
 from trace_core.engines.hf import HFEngine
 from trace_core.envs import make_env
 from trace_core.envs.synthetic import demonstration, generate_tasks
+from trace_core.nodes import NODE_SCHEMA, finalize_tree, node_id, root_rows, trajectories
 from trace_core.policy.update import build_sequences
 from trace_core.rollout.agent_loop import RolloutConfig, evaluate_rewards, extend_prefixes, run_rollouts
-from trace_core.stages.nodes import NODE_SCHEMA, finalize_tree, node_id, root_rows, trajectories
 
 FAMILIES = ("math", "qa", "fc")
 
@@ -220,14 +220,16 @@ def test_request_seeds_differ_across_prompts():
 
 
 def test_one_rollouts_interface_local_and_ray_alike():
-    """``rollouts_for`` picks the implementation once from the config; local and Ray take the
+    """The runtime picks the implementation once from the config; local and Ray take the
     same typed calls, and only the flow's process (with workers) holds hf instead of run.engine."""
     import inspect
     from pathlib import Path
 
     from trace_core.config import load_train_config
     from trace_core.engines.pool import RolloutPool
-    from trace_core.rollout.interface import LocalRollouts, Rollouts, rollouts_for
+    from trace_core.rollout.interface import Rollouts
+    from trace_core.rollout.local import LocalRollouts
+    from trace_core.runtime import Runtime
 
     for name in ("raw", "extend", "evaluate"):
         want = inspect.signature(getattr(Rollouts, name))
@@ -235,7 +237,7 @@ def test_one_rollouts_interface_local_and_ray_alike():
         assert inspect.signature(getattr(RolloutPool, name)) == want, name
     configs = Path(__file__).resolve().parents[1] / "configs"
     cfg = load_train_config(configs / "small-ci.yaml", ["run.threads=1"])
-    local = rollouts_for(cfg)
+    local = Runtime(cfg).rollouts
     assert isinstance(local, LocalRollouts) and (local.engine, local.threads) == (cfg.run.engine, 1)
     assert cfg.run.flow_engine == cfg.run.engine
     pooled = load_train_config(configs / "small-ci.yaml", ["run.engine=vllm", "run.rollout_workers=2"])
@@ -250,20 +252,20 @@ def test_local_rollouts_are_the_agent_loop_on_the_live_policy():
     from node_digest import node_digest
 
     from trace_core.config import load_train_config
-    from trace_core.policy.live import load_policy_for
     from trace_core.policy.model import TINY_WARM_DIR
-    from trace_core.rollout.interface import rollouts_for
+    from trace_core.runtime import Runtime
     from trace_core.stages.run import initial_checkpoint
 
     if not (TINY_WARM_DIR / "config.json").is_file():
         pytest.skip("shipped tiny-warm checkpoint not built (trace-rl warmup)")
     cfg = load_train_config(Path(__file__).resolve().parents[1] / "configs" / "small-ci.yaml",
                             ["run.threads=1", "sampling.max_new_tokens=12"])
-    ro, ck = rollouts_for(cfg), initial_checkpoint(cfg)
+    rt = Runtime(cfg)
+    ro, ck = rt.rollouts, initial_checkpoint(cfg)
     tasks = [t for f in FAMILIES for t in generate_tasks(f, 1, 0, seed=5)]
     kw = {"sampling": cfg.sampling, "cfg": RolloutConfig(max_turns=2, progress=False), "seed": 3}
     nodes = ro.raw(ck, tasks, [2] * len(tasks), run_id="r", iteration=0, **kw)
-    pol = load_policy_for(cfg, ck)
+    pol = rt.live.get(ck, engine=cfg.run.engine)
     assert pol.engine.name == cfg.run.engine
     again = run_rollouts(pol.engine, pol.chat, ro.envs, tasks, [2] * len(tasks), run_id="r", iteration=0, **kw)
     assert node_digest(nodes) == node_digest(again)

@@ -12,9 +12,9 @@ import torch
 
 from tests.iteration_stages import run_until_verified
 from trace_core.config import load_train_config
-from trace_core.policy import live
 from trace_core.policy.checkpoint import load_model_state
 from trace_core.policy.model import TINY_WARM_DIR
+from trace_core.runtime import Runtime
 from trace_core.stages import iteration as it
 from trace_core.stages.run import RunRef, initial_checkpoint
 
@@ -32,26 +32,26 @@ def _corrupt(model) -> None:
 
 
 def test_update_retry_starts_from_the_input_checkpoint(tmp_path):
-    live._CACHE.clear()  # a fresh process: the live policy is built from the checkpoint
     cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.eval_tasks=0", "allocation.budget_total=48"])
     ref = RunRef(str(tmp_path / "home"), "retry")
     ckpt = initial_checkpoint(cfg)
-    ver = run_until_verified(ref, cfg, ckpt, it.evaluate(cfg, ckpt))["verified"]
+    rt = Runtime(cfg)  # a fresh process: the live policy is built from the checkpoint
+    ver = run_until_verified(ref, cfg, ckpt, it.evaluate(cfg, ckpt, rt), rt)["verified"]
 
-    clean = it.update_policy(ref, cfg, 0, ckpt, ver)
+    clean = it.update_policy(ref, cfg, 0, ckpt, ver, rt)
     assert clean.stats.sequences > 0, "no trainable sequence: the update would not move the weights"
     clean_weights = load_model_state(clean.checkpoint)
     assert any(not torch.equal(clean_weights[k], v) for k, v in load_model_state(ckpt).items()
                if k in clean_weights)  # the update moved the weights
 
     # the attempt above stepped the cached model of `ckpt`; a crash mid-step leaves it elsewhere too
-    pol = live.load_policy_for(cfg, ckpt)
+    pol = rt.policy(ckpt)
     _corrupt(pol.model)
-    retried = it.update_policy(ref, cfg, 0, ckpt, ver)
+    retried = it.update_policy(ref, cfg, 0, ckpt, ver, rt)
 
     timing = {"seconds", "samples_per_s"}
     assert retried.stats.model_dump(exclude=timing) == clean.stats.model_dump(exclude=timing)
     again = load_model_state(retried.checkpoint)
     assert again.keys() == clean_weights.keys()
     assert all(torch.equal(again[k], clean_weights[k]) for k in clean_weights)
-    live._CACHE.clear()
+    rt.close()

@@ -32,11 +32,6 @@ def ray_local():
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
-    from trace_core.policy.live import forget_policies
-    from trace_core.rollout.interface import close_rollouts
-
-    close_rollouts()
-    forget_policies()  # the in-process runs here updated a cached model: later tests start from files
     ray.shutdown()
 
 
@@ -67,7 +62,7 @@ def test_shard_groups_keeps_equal_keys_together_and_balances():
 def test_node_table_same_for_0_1_2_workers_and_after_an_update(ray_local, tmp_path):
     """Stages 1-7 of iteration 0, then the raw rollouts of iteration 1 from the updated checkpoint:
     1 worker gives exactly the in-process table, 2 workers the same up to log-prob rounding."""
-    from trace_core.rollout.interface import close_rollouts, rollouts_for
+    from trace_core.runtime import Runtime
     from trace_core.stages import iteration as it
     from trace_core.stages.run import RunRef, initial_checkpoint
 
@@ -76,18 +71,18 @@ def test_node_table_same_for_0_1_2_workers_and_after_an_update(ray_local, tmp_pa
         cfg = _cfg(w)
         ref = RunRef(str(tmp_path / f"w{w}"), "pool")
         ck0 = initial_checkpoint(cfg)
-        before = it.evaluate(cfg, ck0)
-        res = run_until_verified(ref, cfg, ck0, before)
-        ck1 = it.update_policy(ref, cfg, 0, ck0, res["verified"]).checkpoint
-        pred = it.refresh_predictor(ref, cfg, 1, before)
-        raw1 = it.generate_raw_rollouts(ref, cfg, 1, ck1, it.allocate_roots(ref, cfg, 1, pred))
-        out[w] = (before, pl.read_parquet(res["verified"].nodes), pl.read_parquet(raw1.path))
-        if w:  # each worker loaded the first checkpoint once, then the updated one once
-            pool = rollouts_for(cfg)
-            assert isinstance(pool, RolloutPool) and pool.size == w
-            loads = ray_local.get([a.checkpoints.remote() for a in pool.actors])
-            assert loads == [[ck0, ck1]] * w
-    close_rollouts()  # its actors hold the module's 2 CPUs
+        with Runtime(cfg) as rt:  # closing it stops its actors: they hold the module's 2 CPUs
+            before = it.evaluate(cfg, ck0, rt)
+            res = run_until_verified(ref, cfg, ck0, before, rt)
+            ck1 = it.update_policy(ref, cfg, 0, ck0, res["verified"], rt).checkpoint
+            pred = it.refresh_predictor(ref, cfg, 1, before)
+            raw1 = it.generate_raw_rollouts(ref, cfg, 1, ck1, it.allocate_roots(ref, cfg, 1, pred), rt)
+            out[w] = (before, pl.read_parquet(res["verified"].nodes), pl.read_parquet(raw1.path))
+            if w:  # each worker loaded the first checkpoint once, then the updated one once
+                pool = rt.rollouts
+                assert isinstance(pool, RolloutPool) and pool.size == w
+                loads = ray_local.get([a.checkpoints.remote() for a in pool.actors])
+                assert loads == [[ck0, ck1]] * w
     for w in (1, 2):
         assert out[w][0].accuracy == out[0][0].accuracy and out[w][0].cells == out[0][0].cells
         assert out[w][1].filter(pl.col("origin") == "extension").height > 0
@@ -98,14 +93,14 @@ def test_node_table_same_for_0_1_2_workers_and_after_an_update(ray_local, tmp_pa
 
 
 def test_a_worker_killed_mid_stage_loses_and_duplicates_nothing(ray_local, tmp_path):
-    from trace_core.stages import iteration as it
+    from trace_core.runtime import rollout_config
     from trace_core.stages.prompt_pools import candidate_pool
     from trace_core.stages.run import initial_checkpoint
 
     cfg = _cfg(2)
     ck = initial_checkpoint(cfg)
     tasks = list(candidate_pool(cfg, 0))[:6]
-    kw = {"tasks": tasks, "counts": [2] * len(tasks), "sampling": cfg.sampling, "cfg": it.rollout_config(cfg),
+    kw = {"tasks": tasks, "counts": [2] * len(tasks), "sampling": cfg.sampling, "cfg": rollout_config(cfg),
           "seed": 7, "run_id": "kill", "iteration": 0}
     pool = RolloutPool(cfg)
     try:

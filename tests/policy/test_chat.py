@@ -126,15 +126,12 @@ def test_run_config_selects_the_template_and_rollouts_use_it(qwen3_dir, monkeypa
     from trace_core.config import TrainConfig
     from trace_core.envs import make_env
     from trace_core.envs.base import Task
-    from trace_core.policy import live
-    from trace_core.policy.live import load_policy_for
-
-    monkeypatch.setattr(live, "_CACHE", {})  # a fresh process: the policy is built from this model
+    from trace_core.policy.live import LivePolicy
     from trace_core.rollout.agent_loop import RolloutConfig, run_rollouts
 
     cfg = TrainConfig.model_validate({"model": {"path": str(qwen3_dir), "chat_template": "tokenizer",
                                                 "enable_thinking": False}, "run": {"device": "cpu"}})
-    pol = load_policy_for(cfg, str(qwen3_dir))
+    pol = LivePolicy(cfg).get(str(qwen3_dir))  # built from this model
     assert pol.chat.template == "tokenizer" and pol.chat.enable_thinking is False
     task = Task("t", "math", 0, "What is 3 * 4 + 1?", {"answer": "13"})
     nodes = run_rollouts(pol.engine, pol.chat, {"math": make_env("math")}, [task], [2],

@@ -163,26 +163,26 @@ def test_update_stage_launches_fsdp_with_kl(tmp_path):
     step as the in-process stage on the same verified trees (reference: the run's warm start)."""
     from tests.iteration_stages import run_until_verified
     from trace_core.config import load_train_config
-    from trace_core.policy import live
+    from trace_core.runtime import Runtime
     from trace_core.stages import iteration as it
     from trace_core.stages.run import RunRef, initial_checkpoint
 
-    live._CACHE.clear()
     configs = TINY_WARM_DIR.parents[2] / "configs"
     sets = ["run.eval_tasks=0", "allocation.budget_total=48", "update.kl_coef=0.05", "update.minibatch_size=8"]
     cfg = load_train_config(configs / "small-ci.yaml", sets)
     ref = RunRef(str(tmp_path / "home"), "dist")
     ckpt = initial_checkpoint(cfg)
-    ver = run_until_verified(ref, cfg, ckpt, it.evaluate(cfg, ckpt))["verified"]
+    rt = Runtime(cfg)  # a fresh process: the live policy is built from the checkpoint
+    ver = run_until_verified(ref, cfg, ckpt, it.evaluate(cfg, ckpt, rt), rt)["verified"]
     fsdp_cfg = load_train_config(configs / "small-ci.yaml", [*sets, "update.strategy=fsdp", "update.world_size=2"])
-    multi = it.update_policy(ref, fsdp_cfg, 0, ckpt, ver)
+    multi = it.update_policy(ref, fsdp_cfg, 0, ckpt, ver, rt)
     assert multi.stats.world_size == 2 and multi.stats.sequences > 0 and multi.stats.kl >= 0
     multi_dir = tmp_path / "fsdp"
     Path(multi.checkpoint).rename(multi_dir)
-    single = it.update_policy(ref, cfg, 0, ckpt, ver)
+    single = it.update_policy(ref, cfg, 0, ckpt, ver, rt)
     assert_same_update(single.stats, multi.stats, Path(single.checkpoint), multi_dir, Path(ckpt))
     assert load_trainer_state(multi_dir / "trainer_state.safetensors")["cursor"] == {"iteration": 1}
-    live._CACHE.clear()
+    rt.close()
 
 
 def test_a_config_without_run_threads_makes_a_valid_job():

@@ -12,7 +12,7 @@ from trace_core.predictor.evaluation import ece
 from trace_core.predictor.features import featurize
 from trace_core.predictor.model import SuccessHead, head_logits, schedule
 from trace_core.predictor.prior import outcome_counts
-from trace_core.stages.nodes import nodes_frame
+from trace_core.nodes import nodes_frame
 
 
 def test_fit_predict_shapes_and_range(small_run, fast_config):

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from trace_core.home.shards import ShardWriter
-from trace_core.stages.nodes import nodes_frame, with_anchors
+from trace_core.nodes import nodes_frame, with_anchors
 
 PROMPTS = {"A": ("math", 1), "B": ("qa", 2), "C": ("qa", 2), "D": ("fc", 3)}
 

@@ -17,7 +17,7 @@ from trace_core import store
 from trace_core.home import shards
 from trace_core.home.layout import shard_path
 from trace_core.home.shards import ShardWriter, write_shard
-from trace_core.stages.nodes import NODE_SCHEMA
+from trace_core.nodes import NODE_SCHEMA
 
 REPO = Path(__file__).resolve().parents[2]
 

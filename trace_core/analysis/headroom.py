@@ -18,30 +18,29 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from trace_core.allocation import get_strategy
 from trace_core.config import TrainConfig
 from trace_core.home.layout import shard_path
 from trace_core.home.shards import read_shard
 from trace_core.metrics import expected_effective_ratio
+from trace_core.runtime import Runtime, rollout_config
+from trace_core.stages.prompt_pools import tasks_by_id
 from trace_core.stages.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed
 
 ROOT_RULES = ("grpo", "pcl", "trace/groups", "trace/trajectories")
 
 
-def sampled_success(cfg: TrainConfig, checkpoint: str, tasks, samples: int, seed: int) -> np.ndarray:
+def sampled_success(runtime: Runtime, cfg: TrainConfig, checkpoint: str, tasks, samples: int,
+                    seed: int) -> np.ndarray:
     """``(len(tasks),)`` mean reward of ``samples`` episodes per task (the true v, estimated)."""
-    from trace_core.rollout.interface import rollouts_for
-    from trace_core.stages.iteration import rollout_config
-
     sampling = cfg.sampling.model_copy(update={"seed": bounded_seed(seed)})
-    rewards = rollouts_for(cfg).evaluate(checkpoint, list(tasks), samples, sampling=sampling, cfg=rollout_config(cfg),
-                                         seed=seed)
+    rewards = runtime.rollouts.evaluate(checkpoint, list(tasks), samples, sampling=sampling,
+                                        cfg=rollout_config(cfg), seed=seed)
     return (np.asarray(rewards, dtype=float) > 0.5).mean(axis=1)
 
 
 def replay_roots(v_true: np.ndarray, v_pred: np.ndarray, cfg: TrainConfig, seed: int) -> list[dict]:
     """Each root rule on the full budget, with predicted and with oracle v, scored under v_true."""
-    from trace_core.allocation import get_strategy
-
     rows = []
     alloc = cfg.allocation.model_copy(update={"root_share": 1.0})
     for name in ROOT_RULES:
@@ -61,22 +60,25 @@ def replay_roots(v_true: np.ndarray, v_pred: np.ndarray, cfg: TrainConfig, seed:
 
 def headroom(cfg: TrainConfig, ref: RunRef, iterations: list[int], samples: int = 16) -> pl.DataFrame:
     """The replay table for ``iterations`` of the run ``ref`` (its prompts shards and checkpoints)."""
-    from trace_core.stages.prompt_pools import tasks_by_id
+    with Runtime(cfg) as runtime:
+        return pl.DataFrame([row for i in iterations for row in _replay_iteration(runtime, cfg, ref, i, samples)])
 
+
+def _replay_iteration(runtime: Runtime, cfg: TrainConfig, ref: RunRef, i: int, samples: int) -> list[dict]:
+    """The replay rows of iteration ``i``: each root rule, and the run's own allocation."""
     out = []
-    for i in iterations:
-        path = shard_path(ref.home, "prompts", ref.run_id, "final", i)
-        if not path.is_file():
-            raise FileNotFoundError(f"run {ref.run_id} has no prompts shard for iteration {i} ({path})")
-        prompts = read_shard(path)
-        ckpt = initial_checkpoint(cfg) if i == 0 else str(ref.checkpoint(i - 1))
-        by_id = tasks_by_id(cfg, i)
-        tasks = [by_id[p] for p in prompts["prompt_id"]]
-        v_true = sampled_success(cfg, ckpt, tasks, samples, iteration_seed(cfg, i, "headroom"))
-        v_pred = prompts["v_pred"].to_numpy().astype(float)
-        for row in replay_roots(v_true, v_pred, cfg, iteration_seed(cfg, i, "roots")):
-            out.append({"iteration": i, **row})
-        out.append({"iteration": i, "rule": "(run as allocated)",
-                    "predicted": expected_effective_ratio(v_true, prompts["m_alloc"].to_numpy()),
-                    "predicted_prompts": int((prompts["m_alloc"] > 0).sum())})
-    return pl.DataFrame(out)
+    path = shard_path(ref.home, "prompts", ref.run_id, "final", i)
+    if not path.is_file():
+        raise FileNotFoundError(f"run {ref.run_id} has no prompts shard for iteration {i} ({path})")
+    prompts = read_shard(path)
+    ckpt = initial_checkpoint(cfg) if i == 0 else str(ref.checkpoint(i - 1))
+    by_id = tasks_by_id(cfg, i)
+    tasks = [by_id[p] for p in prompts["prompt_id"]]
+    v_true = sampled_success(runtime, cfg, ckpt, tasks, samples, iteration_seed(cfg, i, "headroom"))
+    v_pred = prompts["v_pred"].to_numpy().astype(float)
+    for row in replay_roots(v_true, v_pred, cfg, iteration_seed(cfg, i, "roots")):
+        out.append({"iteration": i, **row})
+    out.append({"iteration": i, "rule": "(run as allocated)",
+                "predicted": expected_effective_ratio(v_true, prompts["m_alloc"].to_numpy()),
+                "predicted_prompts": int((prompts["m_alloc"] > 0).sum())})
+    return out

@@ -8,7 +8,7 @@ The raw-rollout, extension and evaluation stages shard their episodes over the w
     nodes = pool.raw(checkpoint, tasks, counts, sampling=..., cfg=..., seed=..., run_id=..., iteration=...)
     pool.close()
 
-The flow gets it from ``rollouts.rollouts_for(cfg)``; a worker is given its engine name and torch
+The run's runtime holds it (``trace_core.runtime``); a worker is given its engine name and torch
 threads as arguments and never reads them from (or writes them into) the config.
 
 Sharding keeps results independent of the number of workers: every sample's seed comes from its
@@ -31,15 +31,18 @@ import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-if TYPE_CHECKING:
-    from trace_core.engines.config import SamplingConfig
-    from trace_core.envs.base import Task
-    from trace_core.rollout.agent_loop import RolloutConfig
+from trace_core.config import TrainConfig
+from trace_core.engines.config import SamplingConfig
+from trace_core.envs.base import Task
+from trace_core.envs.datasets import build_environments
+from trace_core.nodes import nodes_frame
+from trace_core.rollout.agent_loop import RolloutConfig
+from trace_core.rollout.local import LocalRollouts
 
 
 # ----------------------------------------------------------------------------- sharding
@@ -78,14 +81,11 @@ class RolloutWorker:
     def __init__(self, cfg_json: str, engine: str, threads: int) -> None:
         import torch
 
-        from trace_core.config import TrainConfig
-        from trace_core.rollout.interface import LocalRollouts
-        from trace_core.stages.iteration import environments
-
         torch.set_num_threads(threads)
         cfg = TrainConfig.model_validate_json(cfg_json)
         # the flow's own environments (data files: a path every worker reads)
-        self.local = LocalRollouts(cfg, environments(cfg), engine=engine, threads=threads)
+        self.local = LocalRollouts.for_config(cfg, build_environments(cfg.env, cfg.data), engine=engine,
+                                              threads=threads)
         self.loaded: list[str] = []  # checkpoints in the order this worker loaded them
 
     def pid(self) -> int:
@@ -245,7 +245,6 @@ class RolloutPool:
                seed: int) -> pl.DataFrame:
         """``rollout.extend_prefixes`` sharded by prompt text; the same rows in the same order."""
         if not counts:
-            from trace_core.stages.nodes import nodes_frame
 
             return nodes_frame([])
         prompt_of = dict(zip(nodes["node_id"].to_list(), nodes["prompt_id"].to_list(), strict=True))

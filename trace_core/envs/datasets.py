@@ -45,9 +45,11 @@ from pathlib import Path
 
 import numpy as np
 
+from trace_core.envs import make_env, make_envs
 from trace_core.envs.base import Env, Task
 from trace_core.envs.config import EnvConfig
 from trace_core.envs.datasets_config import DataConfig, DatasetFile
+from trace_core.envs.loaders import ROW_LOADERS, BadRow, load_rows, load_tasks
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,6 @@ def resolve(path: str) -> Path:
 
 def read_file(entry: DatasetFile, where: str, on_bad: str) -> tuple[list[Task], list[str]]:
     """The tasks of one file, ids prefixed with the entry's name; bad rows as problems."""
-    from trace_core.envs.loaders import ROW_LOADERS, BadRow, load_rows, load_tasks
 
     path = resolve(entry.path)
     if not path.exists():
@@ -196,8 +197,6 @@ def loaded(data: DataConfig, progress: Callable[[str], None] | None = None) -> L
 
 def data_envs(env: EnvConfig, data: DataConfig) -> dict[str, Env]:
     """One environment per family the data holds; QA searches the dataset corpus when set."""
-    from trace_core.envs import make_env
-
     d = loaded(data)
     fams = sorted({t.family for t in d.train_tasks} | {t.family for t in d.heldout})
     return {f: make_env(f, config=env, **({"corpus": [list(p) for p in d.corpus]} if f == "qa" and d.corpus else {}))
@@ -240,3 +239,9 @@ def dataset_digest(tasks: tuple[Task, ...] | list[Task]) -> str:
         h.update(json.dumps([t.prompt_id, t.family, t.difficulty, t.question, t.payload], sort_keys=True,
                             default=str).encode())
     return h.hexdigest()[:16]
+
+
+def build_environments(env: EnvConfig, data: DataConfig) -> dict[str, Env]:
+    """One environment per family (the run's runtime builds them once: the QA search index is
+    not free); with data files, one per family they hold, QA searching their corpus."""
+    return data_envs(env, data) if data.enabled else make_envs(env)

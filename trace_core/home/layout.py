@@ -25,7 +25,7 @@ from pathlib import Path
 
 import polars as pl
 
-from trace_core.stages.nodes import NODE_SCHEMA
+from trace_core.nodes import NODE_SCHEMA
 
 PROMPT_SCHEMA: dict[str, pl.DataType] = {
     "run_id": pl.Utf8,

@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from trace_core.home.layout import TABLES, fsync_dir, table_dir, write_parquet_atomic
-from trace_core.stages.nodes import with_anchors
+from trace_core.nodes import with_anchors
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from trace_core.config.io import config_hash
 from trace_core.home.shards import ShardWriter, read_shard
-from trace_core.stages.nodes import utc_now
+from trace_core.nodes import utc_now
 
 STAGE = "run"
 STATUSES = ("running", "finished", "failed")

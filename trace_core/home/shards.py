@@ -28,7 +28,7 @@ from trace_core.home.layout import (
     write_parquet_atomic,
 )
 from trace_core.home.migrate import migrate_layout
-from trace_core.stages.nodes import with_anchors
+from trace_core.nodes import with_anchors
 
 
 def conform(frame: pl.DataFrame, table: str) -> pl.DataFrame:

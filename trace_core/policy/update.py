@@ -33,7 +33,7 @@ import torch
 import torch.utils.checkpoint
 
 from trace_core.policy.config import UpdateConfig
-from trace_core.stages.nodes import trajectories
+from trace_core.nodes import trajectories
 from trace_core.stages.results import UpdateStats
 
 LogProbFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]  # collated batch -> (B, L) token log-probs

@@ -1,6 +1,6 @@
 """Predictor protocol, fit report, labels and the predictor registry.
 
-A predictor maps rollout-tree nodes (rows of ``trace_core.stages.nodes.NODE_SCHEMA``) to success
+A predictor maps rollout-tree nodes (rows of ``trace_core.nodes.NODE_SCHEMA``) to success
 probabilities, one model for prompts (roots) and turn prefixes alike:
 
 * ``fit(nodes, *, cell_prior=None) -> FitReport`` with *all labelled nodes so far* (every earlier

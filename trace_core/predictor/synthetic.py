@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from trace_core.stages.nodes import NODE_SCHEMA, node_id
+from trace_core.nodes import NODE_SCHEMA, node_id
 
 FAMILIES = {"math": 0.3, "qa": 0.0, "fc": -0.3}
 _WORDS = "river castle author city founder museum album singer bridge treaty".split()

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trace_core.engines.base import Engine, GenRequest, GenResult
 from trace_core.engines.config import SamplingConfig
 from trace_core.envs.base import Env, Episode, Task, replay
-from trace_core.stages.nodes import finalize_tree, node_id, nodes_frame, path_to_root, root_rows, utc_now
+from trace_core.nodes import finalize_tree, node_id, nodes_frame, path_to_root, root_rows, utc_now
 
 TURN_LIMIT = "turn_limit"  # the loop's own safety limits (the env has its own, usually tighter)
 CONTEXT_LIMIT = "context_limit"

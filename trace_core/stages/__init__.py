@@ -1,7 +1,6 @@
 """The stages of one iteration and the records they pass.
 
     iteration      the seven stages in the order the method runs them
-    nodes          the node table: one row per rollout-tree node, its schema and helpers
     records        the rows an iteration writes beside its nodes (rewards, prompts, predictions)
     results        what each stage returns: small, frozen, JSON-serialisable records
     prompt_pools   the run's prompt pools: training set, candidates, held-out set

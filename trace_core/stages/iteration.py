@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -40,10 +39,13 @@ from trace_core.config import TrainConfig
 from trace_core.home.layout import shard_path, write_parquet_atomic
 from trace_core.home.shards import ShardWriter, read_shard
 from trace_core.metrics import trajectory_metrics
-from trace_core.policy.live import load_policy_for
-from trace_core.rollout.agent_loop import RolloutConfig
-from trace_core.rollout.interface import rollouts_for
-from trace_core.stages.nodes import nodes_frame, root_rows, with_prefix_decisions
+from trace_core.nodes import nodes_frame, root_rows, with_prefix_decisions
+from trace_core.policy.checkpoint import has_trainer_state, load_checkpoint, save_checkpoint
+from trace_core.policy.distributed import UpdateJob, launch_update
+from trace_core.policy.update import build_sequences, make_optimizer, reference_policy
+from trace_core.policy.update import update_policy as clipped_update
+from trace_core.predictor import load_predictor, make_predictor
+from trace_core.runtime import Runtime, rollout_config
 from trace_core.stages.prompt_pools import candidate_pool, heldout_pool, probe_pool, tasks_by_id
 from trace_core.stages.records import (
     confirmed_confident_share,
@@ -70,29 +72,6 @@ from trace_core.utility import prefix_utility, root_utility
 
 
 # ----------------------------------------------------------------------------- shared settings
-@lru_cache(maxsize=4)
-def _envs(env_json: str, data_json: str) -> dict:
-    from trace_core.envs import make_envs
-    from trace_core.envs.config import EnvConfig
-    from trace_core.envs.datasets import data_envs
-    from trace_core.envs.datasets_config import DataConfig
-
-    env, data = EnvConfig.model_validate_json(env_json), DataConfig.model_validate_json(data_json)
-    return data_envs(env, data) if data.enabled else make_envs(env)
-
-
-def environments(cfg: TrainConfig) -> dict:
-    """One environment per family (built once per process: the QA search index is not free);
-    with data files, one per family they hold, QA searching their corpus."""
-    return _envs(cfg.env.model_dump_json(), cfg.data.model_dump_json())
-
-
-def rollout_config(cfg: TrainConfig) -> RolloutConfig:
-    return RolloutConfig(max_turns=cfg.env.max_turns,
-                         max_context_tokens=min(cfg.model.max_position_embeddings - cfg.sampling.max_new_tokens,
-                                                cfg.env.max_tokens_per_episode + 1024))
-
-
 def _sampling(cfg: TrainConfig, iteration: int, stage: str):
     return cfg.sampling.model_copy(update={"seed": bounded_seed(iteration_seed(cfg, iteration, stage))})
 
@@ -100,12 +79,6 @@ def _sampling(cfg: TrainConfig, iteration: int, stage: str):
 def _clip(v: np.ndarray, cfg: TrainConfig) -> np.ndarray:
     eps = cfg.allocation.min_prob
     return np.clip(np.asarray(v, dtype=float), eps, 1.0 - eps)
-
-
-def _load_predictor(path: str):
-    from trace_core.predictor import load_predictor
-
-    return load_predictor(path)
 
 
 def history_nodes(ref: RunRef, before: int) -> pl.DataFrame:
@@ -136,12 +109,10 @@ def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int, prior: Eval
     """(1) Fit the predictor on all labelled nodes so far, warm-started from the previous fit.
     ``prior``: the held-out evaluation before training, whose per-(family, difficulty) outcomes
     make iteration 0 not blind (the run has measured them anyway, at no extra rollout cost)."""
-    from trace_core.predictor import make_predictor
-
     t0 = time.perf_counter()
     torch.manual_seed(bounded_seed(iteration_seed(cfg, iteration, "predictor")))
     prev = ref.predictor(iteration - 1) if iteration > 0 else None
-    predictor = _load_predictor(str(prev)) if prev is not None and prev.is_file() else make_predictor(cfg.predictor)
+    predictor = load_predictor(str(prev)) if prev is not None and prev.is_file() else make_predictor(cfg.predictor)
     report = predictor.fit(history_nodes(ref, iteration), cell_prior=_cell_prior(prior))
     path = predictor.save(ref.predictor(iteration))
     return PredictorFit(path=str(path), fit=report, seconds=time.perf_counter() - t0)
@@ -157,7 +128,7 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     chooses m_i per prompt (0 skips it), the reserve and the roots' price."""
     t0 = time.perf_counter()
     tasks = candidate_pool(cfg, iteration)
-    v = _clip(_load_predictor(predictor.path).predict(root_rows(ref.run_id, iteration, cfg.allocation.strategy, tasks)), cfg)
+    v = _clip(load_predictor(predictor.path).predict(root_rows(ref.run_id, iteration, cfg.allocation.strategy, tasks)), cfg)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
     budget = cfg.allocation.budget_total
     if cfg.allocation.budget_tokens is not None:
@@ -188,10 +159,10 @@ def _generation(nodes: pl.DataFrame, path: Path, t0: float) -> Generation:
 
 
 def _raw_rollouts(cfg: TrainConfig, ref: RunRef, iteration: int, checkpoint: str, prompts: pl.DataFrame,
-                  stage: str) -> pl.DataFrame:
+                  stage: str, runtime: Runtime) -> pl.DataFrame:
     chosen = prompts.filter(pl.col("m_alloc") > 0)
     by_id = tasks_by_id(cfg, iteration)  # on the rollout pool (run.rollout_workers) or here
-    return rollouts_for(cfg).raw(
+    return runtime.rollouts.raw(
         checkpoint, tasks=[by_id[p] for p in chosen["prompt_id"]],
         counts=chosen["m_alloc"].to_list(), sampling=_sampling(cfg, iteration, stage), cfg=rollout_config(cfg),
         seed=iteration_seed(cfg, iteration, stage), run_id=ref.run_id, iteration=iteration,
@@ -199,10 +170,10 @@ def _raw_rollouts(cfg: TrainConfig, ref: RunRef, iteration: int, checkpoint: str
 
 
 def generate_raw_rollouts(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str,
-                          roots: RootAllocation) -> Generation:
+                          roots: RootAllocation, runtime: Runtime) -> Generation:
     """(3) m_i raw rollouts of every chosen prompt, turn by turn, every node recorded."""
     t0 = time.perf_counter()
-    nodes = _raw_rollouts(cfg, ref, iteration, checkpoint, read_shard(roots.prompts), "raw")
+    nodes = _raw_rollouts(cfg, ref, iteration, checkpoint, read_shard(roots.prompts), "raw", runtime)
     return _generation(nodes, write_parquet_atomic(nodes, ref.staging(iteration, "raw")), t0)
 
 
@@ -241,7 +212,7 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     t0 = time.perf_counter()
     nodes = read_shard(raw.path)
     cands = prefix_candidates(nodes)
-    v_node, flip, r, v = _prefix_values(_load_predictor(predictor.path), nodes, cands, cfg)
+    v_node, flip, r, v = _prefix_values(load_predictor(predictor.path), nodes, cands, cfg)
     depth = cands["depth"].to_numpy()
     prompts = read_shard(roots.prompts)
     plan = plan_prefixes(_root_plan(cfg, roots, prompts), prompts["v_pred"].to_numpy(), v, r, depth,
@@ -268,7 +239,7 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
 
 
 def extend_and_refill(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, raw: Generation,
-                      prefixes: PrefixAllocation) -> Extensions:
+                      prefixes: PrefixAllocation, runtime: Runtime) -> Extensions:
     """(5) K continuations from each chosen prefix (environment replayed, prefix KV shared), then
     the second root wave the plan bought with what they left (the refill): one shard of new nodes."""
     t0 = time.perf_counter()
@@ -276,13 +247,14 @@ def extend_and_refill(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint:
     counts = dict(zip(alloc["node_id"].to_list(), alloc["k"].to_list(), strict=True))
     new = nodes_frame([])
     if counts:
-        new = rollouts_for(cfg).extend(checkpoint, tasks_by_prompt=tasks_by_id(cfg, iteration),
-                                       nodes=read_shard(raw.path), counts=counts,
-                                       sampling=_sampling(cfg, iteration, "extend"), cfg=rollout_config(cfg),
-                                       seed=iteration_seed(cfg, iteration, "extend"))
+        new = runtime.rollouts.extend(checkpoint, tasks_by_prompt=tasks_by_id(cfg, iteration),
+                                         nodes=read_shard(raw.path), counts=counts,
+                                         sampling=_sampling(cfg, iteration, "extend"), cfg=rollout_config(cfg),
+                                         seed=iteration_seed(cfg, iteration, "extend"))
     continuations = int(new["is_leaf"].sum() or 0) if new.height else 0
     if prefixes.refill_prompts:
-        wave = _raw_rollouts(cfg, ref, iteration, checkpoint, read_shard(prefixes.refill_prompts), "raw-wave2")
+        wave = _raw_rollouts(cfg, ref, iteration, checkpoint, read_shard(prefixes.refill_prompts), "raw-wave2",
+                             runtime)
         new = pl.concat([new, wave], how="vertical_relaxed") if new.height else wave
     gen = _generation(new, write_parquet_atomic(new, ref.staging(iteration, "extensions")), t0)
     return Extensions(**gen.model_dump(), continuations=continuations,
@@ -290,12 +262,12 @@ def extend_and_refill(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint:
 
 
 def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
-                   raw: Generation, prefixes: PrefixAllocation, extensions: Extensions) -> Verified:
+                   raw: Generation, prefixes: PrefixAllocation, extensions: Extensions, runtime: Runtime) -> Verified:
     """(6) Re-verify rewards, fill subtree rewards, prefix decisions and advantages; write the
     iteration's node, prompt and prediction shards (the rows behind the views)."""
     t0 = time.perf_counter()
     nodes = pl.concat([read_shard(raw.path), read_shard(extensions.path)], how="vertical_relaxed")
-    nodes, mismatched = reverify(nodes, environments(cfg), tasks_by_id(cfg, iteration))
+    nodes, mismatched = reverify(nodes, runtime.envs, tasks_by_id(cfg, iteration))
     nodes = with_prefix_decisions(nodes, read_shard(prefixes.path))
     nodes = compute_advantages(nodes, cfg.advantage)
     writer = ShardWriter(ref.home, ref.run_id, strategy=cfg.allocation.strategy)
@@ -309,23 +281,20 @@ def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     writer.write("prompts", prompts, stage="final", iteration=iteration)
     writer.write("predictions", prediction_rows(nodes), stage="final", iteration=iteration)
     return Verified(nodes=str(writer.path("nodes", stage="final", iteration=iteration)),
-                    predictor_metrics=prospective_metrics(nodes, _load_predictor(predictor.path)),
+                    predictor_metrics=prospective_metrics(nodes, load_predictor(predictor.path)),
                     confirmed_confident_share=confirmed_confident_share(prompts),
                     reward_mismatches=mismatched, seconds=time.perf_counter() - t0, **trajectory_metrics(nodes))
 
 
-def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, verified: Verified) -> PolicyUpdate:
+def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, verified: Verified,
+                  runtime: Runtime) -> PolicyUpdate:
     """(7) One clipped-surrogate update on the iteration's trees; save the next checkpoint."""
-    from trace_core.policy.checkpoint import has_trainer_state, load_checkpoint, save_checkpoint
-    from trace_core.policy.update import build_sequences, make_optimizer, reference_policy
-    from trace_core.policy.update import update_policy as clipped_update
-
     t0 = time.perf_counter()
     # a retry starts from the input checkpoint, not from weights a failed attempt partly updated:
     # with trainer state, load_checkpoint below restores them; without (iteration 0), reload here
-    pol = load_policy_for(cfg, checkpoint, fresh=not has_trainer_state(checkpoint))
+    pol = runtime.policy(checkpoint, fresh=not has_trainer_state(checkpoint))
     nodes = read_shard(verified.nodes)
-    tasks, envs = tasks_by_id(cfg, iteration), environments(cfg)
+    tasks, envs = tasks_by_id(cfg, iteration), runtime.envs
     messages = {p: envs[tasks[p].family].reset(tasks[p]).messages() for p in nodes["prompt_id"].unique()}
     skip = get_strategy(cfg.allocation.strategy).drop_zero_variance or (
         cfg.update.skip_zero_advantage and not cfg.update.uses_reference)  # with KL, A = 0 sequences still train
@@ -334,8 +303,6 @@ def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str
     reference = initial_checkpoint(cfg) if cfg.update.uses_reference else None  # KL to the warm-start policy
     pol.engine.sleep()  # a colocated vLLM engine frees the GPU for the trainer; a no-op for hf
     if cfg.update.strategy != "single" and seqs:  # torchrun ranks read the inputs from files, rank 0 saves
-        from trace_core.policy.distributed import UpdateJob, launch_update
-
         job = UpdateJob(checkpoint=checkpoint, out=str(out), reference=reference, update=cfg.update, seed=seed,
                         torch_seed=bounded_seed(seed), pad_id=pol.tokenizer.pad_token_id,
                         cursor={"iteration": iteration + 1}, threads=cfg.run.threads)
@@ -350,30 +317,30 @@ def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str
                                seed=seed, ref_model=ref_model)
         save_checkpoint(out, pol.model, optimizer=optimizer, scheduler=scheduler, tokenizer=pol.tokenizer,
                         cursor={"iteration": iteration + 1})
-    pol.engine.wake()  # the next stage loads the new weights into it (policy.live.load_policy_for)
+    pol.engine.wake()  # the next stage loads the new weights into it (policy.live.LivePolicy.get)
     return PolicyUpdate(checkpoint=str(out), stats=stats, seconds=time.perf_counter() - t0)
 
 
 # ----------------------------------------------------------------------------- evaluate, record
-def _sampled_rewards(cfg: TrainConfig, checkpoint: str, tasks, stage: str) -> np.ndarray:
+def _sampled_rewards(cfg: TrainConfig, checkpoint: str, tasks, stage: str, runtime: Runtime) -> np.ndarray:
     """(tasks, eval_samples) rewards; the sampling seeds are fixed per config (not per checkpoint),
     so every checkpoint of a run is scored on the same episodes' randomness."""
     seed = iteration_seed(cfg, 0, stage)
-    return rollouts_for(cfg).evaluate(checkpoint, tasks=tasks, samples=cfg.run.eval_samples,
-                                      sampling=cfg.sampling.model_copy(update={"seed": bounded_seed(seed)}),
-                                      cfg=rollout_config(cfg), seed=seed)
+    return runtime.rollouts.evaluate(checkpoint, tasks=tasks, samples=cfg.run.eval_samples,
+                                     sampling=cfg.sampling.model_copy(update={"seed": bounded_seed(seed)}),
+                                     cfg=rollout_config(cfg), seed=seed)
 
 
-def evaluate(cfg: TrainConfig, checkpoint: str) -> Evaluation:
+def evaluate(cfg: TrainConfig, checkpoint: str, runtime: Runtime) -> Evaluation:
     """Held-out accuracy (mean sampled reward) per family and overall; with ``run.probe_tasks``,
     also the reward on a fixed probe of training prompts."""
     t0 = time.perf_counter()
     tasks = heldout_pool(cfg)
     if not tasks or cfg.run.eval_tasks == 0:
         return Evaluation()
-    rewards = _sampled_rewards(cfg, checkpoint, tasks, "eval")
+    rewards = _sampled_rewards(cfg, checkpoint, tasks, "eval", runtime)
     probe = probe_pool(cfg)
-    probe_rewards = _sampled_rewards(cfg, checkpoint, probe, "probe") if probe else None
+    probe_rewards = _sampled_rewards(cfg, checkpoint, probe, "probe", runtime) if probe else None
     return _evaluation(tasks, rewards, time.perf_counter() - t0, probe_rewards)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 
 from trace_core.envs.base import Task, replay
-from trace_core.stages.nodes import trajectories
+from trace_core.nodes import trajectories
 
 
 def reverify(nodes: pl.DataFrame, envs: dict, tasks_by_prompt: dict[str, Task]) -> tuple[pl.DataFrame, int]:

@@ -1,0 +1,80 @@
+"""The runtime of a run: the heavy objects its stages share in one process.
+
+    environments   one per family (the QA search index is built once)
+    live policy    the checkpoint's model, tokenizer, chat format and engine (``policy.live``)
+    rollouts       where episodes are generated: this process, or the Ray pool of rollout workers
+
+The flow builds one ``Runtime`` and passes it to every stage that generates, verifies or trains;
+stages stay functions of their inputs (a record in, a record out), and the runtime is kept out of
+Prefect's cache key (``tasks.cache.PortableInputs`` skips it): it changes how fast a stage runs,
+never what it computes. ``close()`` (or leaving the ``with`` block) stops the rollout workers::
+
+    with Runtime(cfg) as runtime:
+        raw = generate_raw_rollouts(ref, cfg, i, checkpoint, roots, runtime)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trace_core.config import TrainConfig
+from trace_core.engines.pool import RolloutPool
+from trace_core.envs.base import Env
+from trace_core.envs.datasets import build_environments
+from trace_core.policy.live import LivePolicy, Policy
+from trace_core.rollout.agent_loop import RolloutConfig
+from trace_core.rollout.interface import Rollouts
+from trace_core.rollout.local import LocalRollouts
+
+
+def rollout_config(cfg: TrainConfig) -> RolloutConfig:
+    """The agent loop's limits for this run: turns, and the context the model can hold."""
+    return RolloutConfig(max_turns=cfg.env.max_turns,
+                         max_context_tokens=min(cfg.model.max_position_embeddings - cfg.sampling.max_new_tokens,
+                                                cfg.env.max_tokens_per_episode + 1024))
+
+
+class Runtime:
+    """Environments, the live policy and the rollouts of one run in this process, built on
+    first use. A plain object (no dataclass): Prefect does not walk into it."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.live = LivePolicy(cfg)  # shared by local rollouts and the update: one model in memory
+        self._envs: dict[str, Env] | None = None
+        self._rollouts: Rollouts | None = None
+
+    @property
+    def envs(self) -> dict[str, Env]:
+        if self._envs is None:
+            self._envs = build_environments(self.cfg.env, self.cfg.data)
+        return self._envs
+
+    @property
+    def rollouts(self) -> Rollouts:
+        """The run's rollouts: a Ray pool of ``run.rollout_workers`` (>= 1) workers, else local."""
+        if self._rollouts is None:
+            cfg = self.cfg
+            self._rollouts = (RolloutPool(cfg) if cfg.run.rollout_workers
+                              else LocalRollouts(self.live, self.envs, engine=cfg.run.engine, threads=cfg.run.threads))
+        return self._rollouts
+
+    def policy(self, checkpoint: str, *, fresh: bool = False) -> Policy:
+        """The flow process's policy at ``checkpoint`` (engine ``run.flow_engine``)."""
+        return self.live.get(checkpoint, fresh=fresh)
+
+    def close(self) -> None:
+        """Stop the rollout workers (and the local Ray the pool started, if any); drop the policy."""
+        if isinstance(self._rollouts, RolloutPool):
+            self._rollouts.close()
+        self._rollouts = None
+        self.live.forget()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:  # what Prefect shows for the parameter
+        return f"Runtime(workers={self.cfg.run.rollout_workers}, engine={self.cfg.run.engine})"
