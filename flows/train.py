@@ -28,14 +28,14 @@ from tasks.artifacts import (
     tag_flow_run,
 )
 from tasks.stages import StageRunner, stage_tasks
-from trace_core.config import TrainConfig
+from trace_core.config import TrainConfig, load_train_config
 from trace_core.config.io import config_hash
 from trace_core.home.lock import hold_run_lock
 from trace_core.home.run_row import recording_run
 from trace_core.policy.checkpoint import retire_checkpoints
 from trace_core.runtime import Runtime
 from trace_core.stages.results import Evaluation, IterationResults, IterationTiming
-from trace_core.stages.run import RunRef, initial_checkpoint, new_run_id
+from trace_core.stages.run import RunRef, check_run_id, initial_checkpoint, new_run_id
 from trace_core.store import ensure_catalog
 from tracking.run_tracker import RunTracker, wall_metrics
 
@@ -77,7 +77,6 @@ def named_run_id() -> str | None:
     not a run id)."""
     from prefect.runtime import flow_run
 
-    from trace_core.stages.run import check_run_id
 
     name = flow_run.get_name()
     try:
@@ -159,8 +158,6 @@ def scheduled_train(config_path: str = "configs/tiny.yaml", overrides: list[str]
                     run_id: str | None = None, home: str = ".trace-home", tracking_uri: str | None = None) -> dict:
     """Entry point of the scheduled deployment (``prefect.yaml``): load a YAML config from the
     worker's checkout, apply ``overrides``, and run the training flow as a subflow."""
-    from trace_core.config import load_train_config
-
     cfg = load_train_config(config_path, overrides or [])
     if run_id is None:  # named now, so that the training subflow carries the same name
         run_id = new_run_id(cfg.allocation.strategy)

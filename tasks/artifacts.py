@@ -11,10 +11,12 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from trace_core.config import TrainConfig
+from trace_core.config.io import config_hash
 from trace_core.home.layout import shard_path
 from trace_core.home.shards import read_shard
 from trace_core.stages.results import IterationResults
 from trace_core.stages.run import RunRef
+from tracking.links import mlflow_link_markdown
 
 
 def _key(*parts: object) -> str:
@@ -89,8 +91,6 @@ def prefect_link_tags() -> dict[str, str]:
 def run_tags(run_id: str, cfg: TrainConfig) -> list[str]:
     """Prefect tags of a training run's flow run and of all its task runs: run id, strategy and
     config hash (filterable in the Prefect UI); task runs add ``iteration:N`` (``iteration_tag``)."""
-    from trace_core.config.io import config_hash
-
     return [f"run:{run_id}", f"strategy:{cfg.allocation.strategy}", f"config:{config_hash(cfg)}"]
 
 
@@ -123,7 +123,5 @@ def name_flow_run(name: str) -> None:
 def publish_mlflow_link(run_id: str, link: dict) -> None:
     """A markdown artifact on the flow run naming the MLflow run that holds its metrics (and its
     URL on a tracking server): the Prefect side of the link between the two UIs."""
-    from tracking.links import mlflow_link_markdown
-
     create_markdown_artifact(key=_key("mlflow", run_id), markdown=mlflow_link_markdown(run_id, link),
                              description=f"MLflow run of {run_id}")

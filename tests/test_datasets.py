@@ -18,6 +18,7 @@ from trace_core.envs.config import EnvConfig
 from trace_core.envs.datasets import DataError, data_envs, load_data, loaded
 from trace_core.envs.datasets_config import DataConfig
 from trace_core.envs.synthetic import demonstration
+from trace_core.runtime import check_names
 from trace_core.stages.prompt_pools import candidate_pool, heldout_pool, training_set
 
 SAMPLES = Path(__file__).resolve().parents[1] / "trace_core" / "data" / "samples"
@@ -92,8 +93,9 @@ def test_missing_file_empty_set_and_config_errors(tmp_path):
     with pytest.raises(DataError, match=r"data.heldout: no usable held-out tasks \(1 bad rows\)"):
         load_data(_data(train=[{"path": str(SAMPLES / "gsm8k.jsonl"), "loader": "gsm8k"}],
                         heldout=[{"path": str(empty), "loader": "gsm8k"}]))
-    with pytest.raises(ValueError, match="unknown loader 'squad'; known: bfcl, gsm8k"):
-        _data(train=[{"path": "x", "loader": "squad"}])
+    with pytest.raises(ConfigError, match=r"data.train\[0\].loader: unknown loader 'squad'; known: bfcl, gsm8k"):
+        check_names(TrainConfig.model_validate({"data": _data(train=[{"path": "x", "loader": "squad"}]).model_dump(),
+                                                "run": {"eval_tasks": 0}}))
     with pytest.raises(ConfigError, match="no held-out split"):
         load_train_config(None, ["data.train=[{path: x.jsonl, loader: gsm8k}]"])
     load_train_config(None, ["data.train=[{path: x.jsonl, loader: gsm8k}]", "run.eval_tasks=0"])  # validates

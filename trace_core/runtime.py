@@ -18,13 +18,29 @@ from __future__ import annotations
 from typing import Any
 
 from trace_core.config import TrainConfig
+from trace_core.config.io import ConfigError
+from trace_core.engines.base import engine_names
 from trace_core.engines.pool import RolloutPool
 from trace_core.envs.base import Env
 from trace_core.envs.datasets import build_environments
+from trace_core.envs.loaders import LOADERS
 from trace_core.policy.live import LivePolicy, Policy
 from trace_core.rollout.agent_loop import RolloutConfig
 from trace_core.rollout.interface import Rollouts
 from trace_core.rollout.local import LocalRollouts
+
+
+def check_names(cfg: TrainConfig) -> TrainConfig:
+    """The config's names checked against the registries that implement them, once, at start (a
+    config is plain data and imports no implementation). ``ConfigError`` names the field."""
+    known = {"run.engine": ("engine", cfg.run.engine, engine_names())}
+    for split in ("train", "heldout"):
+        for i, entry in enumerate(getattr(cfg.data, split)):
+            known[f"data.{split}[{i}].loader"] = ("loader", entry.loader, LOADERS.names())
+    for field, (kind, name, names) in known.items():
+        if name not in names:
+            raise ConfigError(f"{field}: unknown {kind} {name!r}; known: {', '.join(names)}")
+    return cfg
 
 
 def rollout_config(cfg: TrainConfig) -> RolloutConfig:
@@ -39,7 +55,7 @@ class Runtime:
     first use. A plain object (no dataclass): Prefect does not walk into it."""
 
     def __init__(self, cfg: TrainConfig) -> None:
-        self.cfg = cfg
+        self.cfg = check_names(cfg)
         self.live = LivePolicy(cfg)  # shared by local rollouts and the update: one model in memory
         self._envs: dict[str, Env] | None = None
         self._rollouts: Rollouts | None = None

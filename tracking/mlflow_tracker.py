@@ -32,7 +32,9 @@ from typing import Any
 from trace_core.config.io import flatten
 from trace_core.config.tracking import TrackingConfig
 from tracking.journal import Journal, write_atomic
+from tracking.registry import send_datasets, send_model
 from tracking.sqlite_store import prepare_sqlite_store, rehome_local_store, sqlite_path
+from tracking.traces import send_traces
 
 log = logging.getLogger(__name__)
 
@@ -387,16 +389,10 @@ class Tracker:
         elif kind == "artifact":
             self._client.log_artifact(rid, op["path"], op.get("artifact_path"))
         elif kind == "inputs":
-            from tracking.registry import send_datasets
-
             send_datasets(self._client, rid, op["datasets"])
         elif kind == "traces":
-            from tracking.traces import send_traces
-
             send_traces(self.tracking_uri, rid, self.experiment_id, op)
         elif kind == "model":
-            from tracking.registry import send_model
-
             send_model(self._client, self.tracking_uri, rid, op)
         elif kind == "terminate":
             self._client.set_terminated(rid, status=op["status"])

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
+from trace_core.analysis.learning import mean_ci
 from tracking.plots import new_figure, no_data, save_figure
 
 
@@ -47,7 +48,6 @@ def plot_learning_curves(curves: pl.DataFrame, path: Path, x: str = "tokens", fa
     CI band, one line per strategy; each run's curve is interpolated on a common grid first."""
     import numpy as np
 
-    from trace_core.analysis.learning import mean_ci
 
     fig, ax = new_figure()
     sub = curves.filter(pl.col("family") == family)

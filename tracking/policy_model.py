@@ -13,6 +13,12 @@ from typing import Any
 import mlflow
 from mlflow.pyfunc import PythonModel
 
+from trace_core.engines.base import GenRequest
+from trace_core.engines.config import SamplingConfig
+from trace_core.engines.hf import HFEngine
+from trace_core.policy.chat import ChatFormat
+from trace_core.policy.model import load_policy
+
 # MLflow warns, wherever this file runs (log_model, load_model), that predict has no type hints: on
 # purpose, the signature is logged explicitly. Its own "once" filter overrides an "ignore" one, so the
 # warnings are recorded here and all others passed on.
@@ -22,9 +28,6 @@ with warnings.catch_warnings(record=True) as _caught:
         def load_context(self, context: Any) -> None:
             import yaml
 
-            from trace_core.policy.chat import ChatFormat
-            from trace_core.policy.model import load_policy
-
             with open(context.artifacts["config"], encoding="utf-8") as f:
                 model_cfg = (yaml.safe_load(f) or {}).get("model", {})
             self.model, self.tokenizer = load_policy(context.artifacts["checkpoint"])
@@ -32,10 +35,6 @@ with warnings.catch_warnings(record=True) as _caught:
                                    enable_thinking=model_cfg.get("enable_thinking"))
 
         def predict(self, context, model_input, params=None):  # no type hints: MLflow would read them as a schema
-            from trace_core.engines.base import GenRequest
-            from trace_core.engines.config import SamplingConfig
-            from trace_core.engines.hf import HFEngine
-
             rows = model_input.iloc[:, 0].tolist() if hasattr(model_input, "iloc") else list(model_input)
             msgs = [r if isinstance(r, list) else [{"role": "user", "content": str(r)}] for r in rows]
             sampling = SamplingConfig(temperature=0.0, max_new_tokens=int((params or {}).get("max_new_tokens", 64)))

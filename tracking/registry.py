@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_core.config import TrainConfig
+from trace_core.envs.datasets import dataset_digest, loaded, resolve
 
 MODEL_CODE = Path(__file__).resolve().parent / "policy_model.py"
 #: Files of a checkpoint the logged model keeps: weights, model and tokenizer config (not the
@@ -37,7 +38,6 @@ def dataset_records(cfg: TrainConfig) -> list[dict[str, Any]]:
     """One JSON record per data file (name, local path, loader, context, digest, rows)."""
     if not cfg.data.enabled:
         return []
-    from trace_core.envs.datasets import dataset_digest, loaded, resolve
 
     data = loaded(cfg.data)
     out = []

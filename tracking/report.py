@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from trace_core.config.io import dump_yaml
 from trace_core.home.queries import run_named_query
+from tracking.html_report import write_html_report  # MLflow's artifact view renders an HTML file
 from tracking.plots import write_run_plots
 
 if TYPE_CHECKING:
@@ -102,7 +103,6 @@ def publish_run_artifacts(tracker: Tracker, config: BaseModel | Mapping[str, Any
     files += plots
     report = render_run_report(tracker.home_dir, tracker.run_id, plots=plots, report_dir=out)
     files.append(tracker.log_text(report, "report.md"))
-    from tracking.html_report import write_html_report  # MLflow's artifact view renders an HTML file
 
     page = write_html_report(tracker.home_dir, tracker.run_id, out / "report.html")
     tracker.log_artifact(page)

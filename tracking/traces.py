@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from trace_core.home.shards import read_shard
+
 TOOL_CALL = "<tool_call>"
 
 
@@ -66,7 +68,6 @@ def send_traces(tracking_uri: str, run_id: str, experiment_id: str, op: dict[str
     from mlflow import MlflowClient
     from mlflow.entities import AssessmentSource, SpanType
 
-    from trace_core.home.shards import read_shard
 
     mlflow.set_tracking_uri(tracking_uri)
     client = MlflowClient(tracking_uri)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trace_core.config import TrainConfig
+from trace_core.policy.config import TINY_WARM_DIR
 
 GIB = 1024**3
 PROMPT_TOKENS = 512  # assumed prompt length (system prompt with full tool schemas + question)
@@ -99,8 +100,6 @@ def model_shape(cfg: TrainConfig) -> tuple[Shape, str]:
     """``(shape, where it came from)``: the config.json of the model the run loads (``model.path``, or
     the shipped checkpoint), else a known Qwen3 size named by the directory (the plan runs before the
     model is copied there)."""
-    from trace_core.policy.config import TINY_WARM_DIR
-
     m = cfg.model
     path = Path(m.path) if m.path else TINY_WARM_DIR  # what the run loads
     if m.path is None and not (path / "config.json").is_file():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trace_core.advantages.config import AdvantageConfig
 from trace_core.allocation.config import AllocationConfig
@@ -71,15 +71,6 @@ class RunConfig(BaseModel):
         "to resume after a crash; recomputing a lost output of iteration i needs checkpoint i-1.")
     keep_best_checkpoint: bool = Field(
         True, description="With keep_checkpoints set, also keep the checkpoint with the best held-out accuracy.")
-
-    @field_validator("engine")
-    @classmethod
-    def _registered_engine(cls, v: str) -> str:
-        from trace_core.engines.base import engine_names  # lazy: the config imports no engine
-
-        if v not in engine_names():
-            raise ValueError(f"unknown engine {v!r}; known: {', '.join(engine_names())}")
-        return v
 
     @property
     def flow_engine(self) -> str:

@@ -32,6 +32,7 @@ import torch
 
 from trace_core.engines.base import GenRequest, GenResult, sample_seed
 from trace_core.engines.config import SamplingConfig
+from trace_core.policy.checkpoint import load_model_state
 
 try:
     from transformers.cache_utils import DynamicLayer
@@ -139,8 +140,6 @@ class HFEngine:
         return out
 
     def load_weights(self, checkpoint: str | Path | dict[str, Any]) -> None:
-        from trace_core.policy.checkpoint import load_model_state
-
         state = load_model_state(checkpoint) if isinstance(checkpoint, str | Path) else checkpoint
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         tied = {k for k in missing if "lm_head" in k}  # tied embeddings are saved once

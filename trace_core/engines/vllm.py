@@ -35,6 +35,8 @@ from typing import Any
 
 from trace_core.engines.base import GenRequest, GenResult, sample_seed
 from trace_core.engines.config import SamplingConfig, VLLMConfig
+from trace_core.policy.checkpoint import load_model_state
+from trace_core.policy.modeldir import check_model_dir
 from trace_core.stages.run import bounded_seed
 
 VLLM_MISSING = "needs vLLM: run inside the environment scripts/vllm-cpu-env.sh builds"
@@ -84,8 +86,6 @@ class WeightPushExtension:
 
     def trace_load_checkpoint(self, path: str) -> int:
         """Load the safetensors weights of a checkpoint directory; returns the number of tensors."""
-        from trace_core.policy.checkpoint import load_model_state
-
         return self.trace_load_state(load_model_state(path))
 
     def trace_load_state(self, state: dict[str, Any]) -> int:
@@ -152,7 +152,6 @@ class VLLMEngine:
         self.chat = chat
         self._vllm = vllm
         self.sleeping = False
-        from trace_core.policy.modeldir import check_model_dir
 
         check_model_dir(model_path)  # safetensors and JSON only
         with _modules_vllm_can_scan():

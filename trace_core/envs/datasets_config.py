@@ -1,7 +1,7 @@
 """Settings of the ``data`` section (local dataset files, ``trace_core.envs.datasets``): pure pydantic.
 
-Loader names are checked against the registry in ``trace_core.envs.loaders`` lazily, when a
-config is built.
+Plain data: loader names are checked against the registry in ``trace_core.envs.loaders`` once,
+at start (``trace_core.runtime.check_names``).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class DatasetFile(BaseModel):
@@ -28,15 +28,6 @@ class DatasetFile(BaseModel):
                              description="Prefix of the prompt ids ('{name}:{id}'); default the file stem.")
     options: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Extra loader arguments, e.g. {category: simple_python} for bfcl.")
-
-    @field_validator("loader")
-    @classmethod
-    def _known_loader(cls, v: str) -> str:
-        from trace_core.envs.loaders import LOADERS
-
-        if v not in LOADERS.names():
-            raise ValueError(f"unknown loader {v!r}; known: {', '.join(LOADERS.names())}")
-        return v
 
     @property
     def label(self) -> str:

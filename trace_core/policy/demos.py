@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trace_core.envs import make_env
 from trace_core.envs.base import Task
+from trace_core.envs.synthetic import demonstration, generate_tasks
 from trace_core.policy.chat import ChatFormat
 
 
@@ -36,8 +38,6 @@ class Demo:
 
 def run_demo(task: Task, env) -> Demo | None:
     """Play ``demonstration(task)`` in ``env``; None unless it ends with reward 1."""
-    from trace_core.envs.synthetic import demonstration
-
     ep = env.reset(task)
     actions = list(demonstration(task))
     observations: list[str] = []
@@ -52,8 +52,6 @@ def run_demo(task: Task, env) -> Demo | None:
 
 def cell_tasks(family: str, difficulty: int, n: int, seed: int) -> list[Task]:
     """``n`` generator tasks of one (family, difficulty) cell; the seed makes them reproducible."""
-    from trace_core.envs.synthetic import generate_tasks
-
     return list(generate_tasks(family, n, difficulty, seed))
 
 
@@ -70,8 +68,6 @@ def demo_stream(
     Each chunk draws one (family, difficulty) cell per task from ``seed``'s generator (family
     by weight, difficulty uniform) and generates that cell's tasks with a derived seed.
     """
-    from trace_core.envs import make_env
-
     names = sorted(k for k, w in families.items() if w > 0)
     weights = np.array([families[k] for k in names], dtype=float)
     weights /= weights.sum()

@@ -40,8 +40,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from trace_core.policy.checkpoint import STATE_FILE, has_trainer_state, load_trainer_state, save_checkpoint
 from trace_core.policy.config import UpdateConfig
-from trace_core.policy.update import TrainSequence, set_checkpointing, token_logprobs
+from trace_core.policy.model import load_policy
+from trace_core.policy.update import (
+    TrainSequence,
+    make_optimizer,
+    set_checkpointing,
+    token_logprobs,
+    update_policy,
+)
 from trace_core.stages.results import UpdateStats
 
 JOB, BATCH, RESULT, LOG = "job.json", "batch.safetensors", "result.json", "worker.log"
@@ -164,7 +172,6 @@ class TokenLogProbs(torch.nn.Module):
 def _wrap(path: str, cfg: UpdateConfig, device: torch.device, *, train: bool) -> torch.nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
-    from trace_core.policy.model import load_policy
 
     fsdp, rank = cfg.strategy == "fsdp", torch.distributed.get_rank()
     lm = load_policy(path)[0] if rank == 0 or not fsdp else _empty_lm(path)
@@ -243,7 +250,6 @@ class _SavedOptimizer:
 def _restore_trainer(job: UpdateJob, module: torch.nn.Module, opt: torch.optim.Optimizer, sched: Any) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    from trace_core.policy.checkpoint import STATE_FILE, has_trainer_state, load_trainer_state
 
     if not has_trainer_state(job.checkpoint):
         return
@@ -264,7 +270,6 @@ def _save(job: UpdateJob, module: torch.nn.Module, opt: torch.optim.Optimizer, s
     )
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from trace_core.policy.checkpoint import save_checkpoint
 
     full = StateDictOptions(full_state_dict=True, cpu_offload=True)
     weights = get_model_state_dict(module, options=full)
@@ -288,7 +293,6 @@ def run_worker(job_dir: str | Path) -> None:
     """One rank of the update (``torchrun`` sets RANK, WORLD_SIZE, LOCAL_RANK)."""
     import torch.distributed as dist
 
-    from trace_core.policy.update import make_optimizer, update_policy
 
     job_dir = Path(job_dir)
     job = UpdateJob.model_validate_json((job_dir / JOB).read_text())

@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from trace_core.engines.config import SamplingConfig
+from trace_core.engines.hf import HFEngine
+from trace_core.envs import make_env
 from trace_core.envs.base import Task
+from trace_core.policy.chat import ChatFormat
+from trace_core.policy.demos import cell_tasks
+from trace_core.policy.model import load_policy
+from trace_core.rollout.agent_loop import RolloutConfig, evaluate_rewards
 
 #: Seed offset of held-out tasks: training demos draw cell seeds below 2**31 from their own
 #: stream; evaluation uses a disjoint, fixed seed family per cell.
@@ -25,8 +32,6 @@ HELDOUT_SEED = 1_000_003
 
 def heldout_tasks(families: Sequence[str], difficulties: Sequence[int], n_per_cell: int, seed: int = 0) -> list[Task]:
     """``n_per_cell`` fresh generator tasks for every (family, difficulty) cell."""
-    from trace_core.policy.demos import cell_tasks
-
     tasks: list[Task] = []
     for f_i, fam in enumerate(families):
         for diff in difficulties:
@@ -38,12 +43,6 @@ def policy_rewards(model: Any, tokenizer: Any, tasks: Sequence[Task], n: int, *,
                    max_new_tokens: int = 96, env_kwargs: dict | None = None) -> np.ndarray:
     """Rewards ``(len(tasks), n)`` of a loaded HF model, measured as the success table is: the
     ``hf`` engine, temperature 1 with no top-k / top-p, through ``rollout.evaluate_rewards``."""
-    from trace_core.engines.config import SamplingConfig
-    from trace_core.engines.hf import HFEngine
-    from trace_core.envs import make_env
-    from trace_core.policy.chat import ChatFormat
-    from trace_core.rollout.agent_loop import RolloutConfig, evaluate_rewards
-
     chat = ChatFormat(tokenizer)
     envs = {f: make_env(f, **(env_kwargs or {})) for f in sorted({t.family for t in tasks})}
     sampling = SamplingConfig(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed)
@@ -96,8 +95,6 @@ def record_success(
     Adds ``success`` (the table plus how it was measured) to ``recipe.json`` and writes
     ``SUCCESS.md``. Returns the table.
     """
-    from trace_core.policy.model import load_policy
-
     ckpt = Path(ckpt_dir)
     model, tokenizer = load_policy(ckpt)
     tasks = heldout_tasks(families, difficulties, n_per_cell, seed)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from trace_core.policy.checkpoint import check_not_retired
 from trace_core.policy.config import TINY_WARM_DIR, ModelConfig
 from trace_core.policy.modeldir import check_model_dir
 
@@ -67,8 +68,6 @@ def load_policy(src: str | Path | ModelConfig | None = None, *, dtype: str | Non
     cfg = src if isinstance(src, ModelConfig) else ModelConfig(path=None if src is None else str(src))
     path = Path(cfg.path) if cfg.path else TINY_WARM_DIR
     if not (path / "config.json").is_file():
-        from trace_core.policy.checkpoint import check_not_retired
-
         check_not_retired(path)  # removed by run.keep_checkpoints: say so
         hint = " (run `trace-rl warmup` to build the tiny checkpoint)" if cfg.path is None else ""
         raise FileNotFoundError(f"no model at {path}: config.json missing{hint}")

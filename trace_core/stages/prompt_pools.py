@@ -15,14 +15,15 @@ import numpy as np
 
 from trace_core.config import TrainConfig
 from trace_core.envs.base import Task
+from trace_core.envs.config import EnvConfig
+from trace_core.envs.datasets import heldout_pick, loaded, weighted_pick
+from trace_core.envs.synthetic import sample_tasks
+from trace_core.policy.evaluate import heldout_tasks
 from trace_core.stages.run import iteration_seed
 
 
 @lru_cache(maxsize=4)
 def _training_set(env_json: str, n: int, seed: int) -> tuple[Task, ...]:
-    from trace_core.envs.config import EnvConfig
-    from trace_core.envs.synthetic import sample_tasks
-
     return tuple(sample_tasks(EnvConfig.model_validate_json(env_json), n, seed=seed))
 
 
@@ -30,21 +31,15 @@ def training_set(cfg: TrainConfig) -> tuple[Task, ...]:
     """The fixed training prompts (``run.train_prompts`` of them, or every usable row of the
     data files) candidates are drawn from."""
     if cfg.data.enabled:
-        from trace_core.envs.datasets import loaded
-
         return loaded(cfg.data).train_tasks
     return _training_set(cfg.env.model_dump_json(), cfg.run.train_prompts, iteration_seed(cfg, 0, "train-set"))
 
 
 @lru_cache(maxsize=8)
 def _candidates(cfg_json: str, iteration: int) -> tuple[Task, ...]:
-    from trace_core.envs.synthetic import sample_tasks
-
     cfg = TrainConfig.model_validate_json(cfg_json)
     seed = iteration_seed(cfg, iteration, "pool")
     if cfg.data.enabled:
-        from trace_core.envs.datasets import loaded, weighted_pick
-
         data = loaded(cfg.data)
         return weighted_pick(data, min(cfg.run.candidate_pool, len(data.train_tasks)), np.random.default_rng(seed))
     if cfg.run.train_prompts == 0:
@@ -84,11 +79,7 @@ def heldout_pool(cfg: TrainConfig) -> list[Task]:
     """Held-out prompts for accuracy: fixed per config, disjoint from the training stream,
     about ``run.eval_tasks`` of them spread evenly over the (family, difficulty) cells (with data
     files: drawn from their held-out split)."""
-    from trace_core.policy.evaluate import heldout_tasks
-
     if cfg.data.enabled:
-        from trace_core.envs.datasets import heldout_pick, loaded
-
         return heldout_pick(loaded(cfg.data), cfg.run.eval_tasks, cfg.run.seed)
 
     fams = [f for f, w in cfg.env.families.items() if w > 0]

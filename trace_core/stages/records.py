@@ -11,6 +11,9 @@ import polars as pl
 
 from trace_core.envs.base import Task, replay
 from trace_core.nodes import trajectories
+from trace_core.predictor.base import decision_labels
+from trace_core.predictor.evaluation import evaluate_prospective
+from trace_core.predictor.prior import outcome_counts
 
 
 def reverify(nodes: pl.DataFrame, envs: dict, tasks_by_prompt: dict[str, Task]) -> tuple[pl.DataFrame, int]:
@@ -65,9 +68,6 @@ def prediction_rows(nodes: pl.DataFrame) -> pl.DataFrame:
     """Predictions made before the outcomes (roots in stage 2, prefixes in stage 4) beside them.
     A root's outcome is its raw rollouts' success rate (what root allocation predicted: the
     continuations below it were chosen by prefix allocation); a prefix's is its subtree mean."""
-    from trace_core.predictor.base import decision_labels
-    from trace_core.predictor.prior import outcome_counts
-
     y, w = decision_labels(nodes, outcome_counts(nodes))
     labelled = nodes.with_columns(pl.Series("_y", y, dtype=pl.Float32), pl.Series("_w", w, dtype=pl.Float32))
     scored = labelled.filter(pl.col("v_pred").is_not_null() & (pl.col("subtree_count").fill_null(0) > 0)
@@ -81,8 +81,6 @@ def prediction_rows(nodes: pl.DataFrame) -> pl.DataFrame:
 def prospective_metrics(nodes: pl.DataFrame, predictor) -> dict[str, float]:
     """Brier / AUC / ECE of the predictions made before this iteration's rollouts against the
     outcomes that came after, for roots and prefixes, beside the constant and history baselines."""
-    from trace_core.predictor.evaluation import evaluate_prospective
-
     rows = prediction_rows(nodes)
     if rows.height == 0:
         return {}

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from trace_core.config import TrainConfig
+from trace_core.policy.model import TINY_WARM_DIR
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # = the shard partition rule (shards._SAFE)
 MAX_RUN_ID = 128  # a path component, a shard partition value and an MLflow run name
@@ -95,8 +96,6 @@ def bounded_seed(seed: int) -> int:
 
 def initial_checkpoint(cfg: TrainConfig) -> str:
     """The checkpoint iteration 0 starts from: ``model.path`` or the shipped tiny policy."""
-    from trace_core.policy.model import TINY_WARM_DIR
-
     path = Path(cfg.model.path) if cfg.model.path else TINY_WARM_DIR
     if not (path / "config.json").is_file():
         what = "no directory" if not path.exists() else "no config.json in it"
