@@ -28,6 +28,7 @@ from tasks.artifacts import (
     tag_flow_run,
 )
 from tasks.stages import StageRunner, stage_tasks
+from trace_core.analysis.outcome import paired_change, uniform_effective_ratio
 from trace_core.config import TrainConfig, load_train_config
 from trace_core.config.io import config_hash
 from trace_core.home.lock import hold_run_lock
@@ -150,6 +151,9 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
         return {"run_id": ref.run_id, "home": ref.home, "checkpoint": checkpoint, "iterations": history,
                 "timings": timings, "report": report, "recomputed": run.recomputed,
                 "accuracy_before": before.accuracy, "mlflow": tracker.mlflow_link(),
+                "accuracy_change": paired_change(before, accuracy), "eval_samples": cfg.run.eval_samples,
+                "group_size": cfg.allocation.group_size,
+                "uniform_effective_ratio": uniform_effective_ratio(ref, history, cfg.allocation.group_size),
                 "report_path": str(ref.artifacts_dir / "report.md")}
 
 

@@ -46,7 +46,8 @@ def test_the_run_is_named_by_its_id_from_the_first_line(fresh_run):
 
 def test_the_terminal_holds_only_the_runs_own_lines(fresh_run):
     """Defect 11: no third-party progress bars or MLflow warnings; the held-out evaluation reports
-    itself; stdout ends with a few lines naming the store, the report, MLflow and Prefect."""
+    itself; stdout ends with a few lines: the outcome (effective ratio against uniform GRPO's, the
+    held-out change with its paired interval), the store, the report, MLflow, Prefect, what next."""
     home, out, err = fresh_run
     for noise in ("Loading weights", "Writing model shards", "Downloading artifacts", "UserWarning",
                   "Creating initial MLflow database tables", "it/s]"):
@@ -54,10 +55,15 @@ def test_the_terminal_holds_only_the_runs_own_lines(fresh_run):
     assert "held-out evaluation before training: 12 prompts x 1 samples" in err
     assert re.search(r"held-out accuracy before training: \d+\.\d% over 12 episodes", err)
     lines = out.strip().splitlines()
-    assert len(lines) <= 6, out
+    assert len(lines) <= 7, out
     (run,) = [p.name for p in (home / "runs").iterdir()]
     text = "\n".join(lines)
     assert lines[0].startswith(f"run {run}: 1 iterations, effective ratio ")
+    assert "(uniform GRPO, groups of " in lines[0] and "on the same candidates: at most " in lines[0]
+    # the held-out change with its uncertainty: paired per prompt over the 12 held-out prompts
+    assert re.search(r"^held-out accuracy \d+\.\d% → \d+\.\d%: [+-]\d+\.\d points \(95% CI [+-]\d+\.\d to "
+                     r"[+-]\d+\.\d, paired over 12 prompts x 1 samples; ", lines[1]), lines[1]
+    assert lines[-1].startswith("next:    trace-rl sql wasted_by_task")
     assert f"store:   {home}" in text and f"trace-rl report {run} --home {home}" in text
     assert str(home / "runs" / run / "artifacts" / "report.md") in text
     assert f"sqlite:///{home / 'mlflow.db'}" in text and "mlflow ui --backend-store-uri" in text

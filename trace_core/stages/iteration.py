@@ -353,7 +353,8 @@ def _evaluation(tasks, rewards: np.ndarray, seconds: float, probe: np.ndarray | 
                       by_family={f: float(rewards[fam == f].mean()) for f in sorted(set(fam))},
                       cells=[tuple(r) for r in cells.iter_rows()], seconds=seconds, episodes=int(rewards.size),
                       probe_accuracy=None if probe is None else float(probe.mean()),
-                      probe_episodes=0 if probe is None else int(probe.size))
+                      probe_episodes=0 if probe is None else int(probe.size),
+                      per_prompt=[float(x) for x in rewards.mean(axis=1)])
 
 
 def record_evaluation(ref: RunRef, cfg: TrainConfig, iteration: int, ev: Evaluation) -> None:

@@ -167,6 +167,9 @@ class Evaluation(StageResult):
     episodes: int = 0
     probe_accuracy: float | None = None  # reward on ``run.probe_tasks`` training prompts
     probe_episodes: int = 0
+    # mean reward per held-out prompt, in the held-out pool's order (fixed per config): two
+    # evaluations of one run pair up prompt by prompt (``analysis.outcome.paired_change``)
+    per_prompt: list[float] = Field(default_factory=list)
 
     def columns(self) -> dict[str, float]:
         """``accuracy`` and ``accuracy_<family>`` (the iterations table's columns)."""
