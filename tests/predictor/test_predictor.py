@@ -5,6 +5,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from trace_core.nodes import nodes_frame
 from trace_core.predictor import PredictorConfig, known_predictors, make_predictor, register_predictor
 from trace_core.predictor.base import decision_labels
 from trace_core.predictor.calibration import fit_isotonic, fit_platt, logit, map_from_state, sigmoid
@@ -12,7 +13,6 @@ from trace_core.predictor.evaluation import ece
 from trace_core.predictor.features import featurize
 from trace_core.predictor.model import SuccessHead, head_logits, schedule
 from trace_core.predictor.prior import outcome_counts
-from trace_core.nodes import nodes_frame
 
 
 def test_fit_predict_shapes_and_range(small_run, fast_config):

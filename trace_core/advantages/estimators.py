@@ -34,8 +34,8 @@ import numpy as np
 import polars as pl
 
 from trace_core.advantages.config import AdvantageConfig
-from trace_core.registry import Registry
 from trace_core.nodes import NODE_SCHEMA, SubtreeStats, finalize_tree, subtree_stats
+from trace_core.registry import Registry
 
 #: ``fn(nodes, stats, cfg) -> (N,)`` float advantages, NaN = none (roots). ``nodes`` has its
 #: subtree columns filled; ``stats`` is ``subtree_stats(nodes)`` (row-aligned arrays).

@@ -32,8 +32,9 @@ import polars as pl
 import torch
 import torch.utils.checkpoint
 
-from trace_core.policy.config import UpdateConfig
 from trace_core.nodes import trajectories
+from trace_core.policy.config import UpdateConfig
+from trace_core.policy.model import load_policy
 from trace_core.stages.results import UpdateStats
 
 LogProbFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]  # collated batch -> (B, L) token log-probs
@@ -235,8 +236,6 @@ def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sche
 @functools.lru_cache(maxsize=1)
 def reference_policy(path: str, device: str) -> torch.nn.Module:
     """The frozen reference policy of the KL term, loaded once per process (the run's warm start)."""
-    from trace_core.policy.model import load_policy
-
     return load_policy(path)[0].to(device).requires_grad_(False).eval()
 
 
