@@ -57,7 +57,7 @@ def _commands(text: str) -> list[tuple[str, str]]:
     `trace-rl COMMAND` in the code of a page; shell continuations are joined first."""
     code = re.sub(r"\\\n\s*", " ", _code(text))
     return [(m.group(1), m.group(2))
-            for m in re.finditer(r"(?<![\w/.-])trace-rl ([a-z][a-z0-9-]*)([^\n#|]*)", code)]
+            for m in re.finditer(r"(?<![\w/.-])trace-rl ([a-z][a-z0-9-]*)([^\n#|;]*)", code)]
 
 
 #: `--set` keys the pages name on purpose although no config has them (placeholders, the example
