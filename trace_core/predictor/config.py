@@ -178,6 +178,12 @@ class PredictorConfig(BaseModel):
     prior: PriorConfig = Field(default_factory=PriorConfig, description="Hierarchical Beta-Binomial prior.")
     calibration: CalibrationConfig = Field(default_factory=CalibrationConfig, description="Calibration maps.")
     flip: FlipConfig = Field(default_factory=FlipConfig, description="Continuation flip model.")
+    oracle_samples: int = Field(
+        0, ge=0, le=64,
+        description="Diagnostic oracle bound: the planner gets success rates sampled under the current policy "
+        "(this many episodes per candidate prompt and per open prefix) instead of predictions. The episodes are "
+        "neither trained on nor counted in the budget; their tokens are reported apart (oracle_tokens of the "
+        "root and prefix stages). 0 = off: the predictor decides.")
     encoder_path: str | None = Field(
         None, description="hf_encoder only: local path of a Hugging Face encoder (never downloaded)."
     )

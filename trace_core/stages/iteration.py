@@ -46,6 +46,7 @@ from trace_core.policy.update import build_sequences, make_optimizer, reference_
 from trace_core.policy.update import update_policy as clipped_update
 from trace_core.predictor import load_predictor, make_predictor
 from trace_core.runtime import Runtime, rollout_config
+from trace_core.stages.oracle import oracle_prefix_values, oracle_root_values
 from trace_core.stages.prompt_pools import candidate_pool, heldout_pool, probe_pool, tasks_by_id
 from trace_core.stages.records import (
     confirmed_confident_share,
@@ -123,12 +124,23 @@ def _allocation(cfg: TrainConfig, roots: RootAllocation):
     return cfg.allocation.model_copy(update={"budget_total": roots.budget}) if roots.budget else cfg.allocation
 
 
-def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit) -> RootAllocation:
+def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit,
+                   checkpoint: str | None = None, runtime: Runtime | None = None) -> RootAllocation:
     """(2) Score the candidate pool; the planner sets the iteration's trajectory budget and
-    chooses m_i per prompt (0 skips it), the reserve and the roots' price."""
+    chooses m_i per prompt (0 skips it), the reserve and the roots' price. With
+    ``predictor.oracle_samples`` the scores are success rates sampled under the policy at
+    ``checkpoint`` (the oracle bound, ``stages.oracle``)."""
     t0 = time.perf_counter()
     tasks = candidate_pool(cfg, iteration)
-    v = _clip(load_predictor(predictor.path).predict(root_rows(ref.run_id, iteration, cfg.allocation.strategy, tasks)), cfg)
+    oracle_tokens = 0
+    if cfg.predictor.oracle_samples:
+        if checkpoint is None or runtime is None:
+            raise ValueError("predictor.oracle_samples: the oracle samples under the policy; pass checkpoint and runtime")
+        v, oracle_tokens = oracle_root_values(ref, cfg, iteration, checkpoint, tasks, runtime)
+        v = _clip(v, cfg)
+    else:
+        v = _clip(load_predictor(predictor.path).predict(root_rows(ref.run_id, iteration, cfg.allocation.strategy,
+                                                                   tasks)), cfg)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
     budget = cfg.allocation.budget_total
     if cfg.allocation.budget_tokens is not None:
@@ -148,7 +160,8 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     return RootAllocation(prompts=str(path), candidates=len(tasks), active=int((plan.m > 0).sum()),
                           root_budget_used=plan.used, expected_contrastive=float(utility.sum()),
                           expected_effective=float((plan.m * utility).sum()), root_budget=plan.budget,
-                          threshold=plan.price, budget=budget, seconds=time.perf_counter() - t0)
+                          threshold=plan.price, budget=budget, oracle_tokens=oracle_tokens,
+                          seconds=time.perf_counter() - t0)
 
 
 def _generation(nodes: pl.DataFrame, path: Path, t0: float) -> Generation:
@@ -205,7 +218,7 @@ def _zero_variance_groups(nodes: pl.DataFrame) -> int:
 
 
 def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
-                   raw: Generation) -> PrefixAllocation:
+                   raw: Generation, checkpoint: str | None = None, runtime: Runtime | None = None) -> PrefixAllocation:
     """(4) Predict V at every open prefix; the planner chooses K continuations per prefix (with one
     price, only where they beat the roots' price) and spends what is left where it is worth most:
     more continuations, or a second root wave (the refill stage 5 generates)."""
@@ -213,6 +226,14 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     nodes = read_shard(raw.path)
     cands = prefix_candidates(nodes)
     v_node, flip, r, v = _prefix_values(load_predictor(predictor.path), nodes, cands, cfg)
+    oracle_tokens = 0
+    if cfg.predictor.oracle_samples:  # the oracle bound: sampled, not predicted (stages.oracle)
+        if checkpoint is None or runtime is None:
+            raise ValueError("predictor.oracle_samples: the oracle samples under the policy; pass checkpoint and runtime")
+        v_node, flip, oracle_tokens = oracle_prefix_values(cfg, iteration, checkpoint, tasks_by_id(cfg, iteration),
+                                                           nodes, cands, runtime)
+        flip = _clip(flip, cfg)
+        v = np.where(r > 0.5, 1.0 - flip, flip)
     depth = cands["depth"].to_numpy()
     prompts = read_shard(roots.prompts)
     plan = plan_prefixes(_root_plan(cfg, roots, prompts), prompts["v_pred"].to_numpy(), v, r, depth,
@@ -235,7 +256,8 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     path = write_parquet_atomic(alloc, ref.staging(iteration, "prefix_alloc"))
     return PrefixAllocation(path=str(path), prefixes=cands.height, ext_budget=plan.budget,
                             ext_used=plan.continuations, branched=int((plan.k > 0).sum()), refill_prompts=refill,
-                            refill_rollouts=plan.wave_rollouts, seconds=time.perf_counter() - t0)
+                            refill_rollouts=plan.wave_rollouts, oracle_tokens=oracle_tokens,
+                            seconds=time.perf_counter() - t0)
 
 
 def extend_and_refill(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, raw: Generation,

@@ -67,6 +67,7 @@ class RootAllocation(StageResult):
     root_budget: int = 0  # first-wave raw rollouts offered (the rest is the continuation reserve)
     threshold: float = 0.0  # the roots' price: continuations must beat it (trace, one price)
     budget: int = 0  # trajectories this iteration may generate (planner.iteration_budget; 0: budget_total)
+    oracle_tokens: int = 0  # the oracle bound's sampling (predictor.oracle_samples): not in the budget
 
 
 class Generation(StageResult):
@@ -90,6 +91,7 @@ class PrefixAllocation(StageResult):
     branched: int
     refill_prompts: str | None = None  # the second root wave: m per candidate, generated in stage 5
     refill_rollouts: int = 0
+    oracle_tokens: int = 0  # the oracle bound's continuations (predictor.oracle_samples): not in the budget
 
 
 class Extensions(Generation):

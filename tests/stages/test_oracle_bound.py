@@ -1,0 +1,48 @@
+"""The oracle bound (``predictor.oracle_samples``): the planner's values are success rates sampled
+under the current policy, the sampled episodes stay out of the budget and the node table, and
+their tokens are reported apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from trace_core.config import load_train_config
+from trace_core.policy.model import TINY_WARM_DIR
+from trace_core.runtime import Runtime
+from trace_core.stages import iteration as it
+from trace_core.stages.run import RunRef, initial_checkpoint
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
+                                 reason="shipped tiny checkpoint missing: run `trace-rl warmup`")]
+
+
+def test_oracle_values_are_sampled_rates_outside_the_budget(tmp_path):
+    n = 4
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", [
+        "run.eval_tasks=0", "run.candidate_pool=8", "allocation.budget_total=16", f"predictor.oracle_samples={n}",
+        "sampling.max_new_tokens=16", "env.max_turns=2"])
+    ref, ckpt = RunRef(str(tmp_path / "home"), "oracle"), initial_checkpoint(cfg)
+    with Runtime(cfg) as rt:
+        pred = it.refresh_predictor(ref, cfg, 0)
+        with pytest.raises(ValueError, match="predictor.oracle_samples"):
+            it.allocate_roots(ref, cfg, 0, pred)  # the oracle needs the policy it samples under
+        roots = it.allocate_roots(ref, cfg, 0, pred, ckpt, rt)
+        prompts = pl.read_parquet(roots.prompts)
+        eps = cfg.allocation.min_prob
+        rates = np.clip(np.arange(n + 1) / n, eps, 1 - eps)
+        assert all(np.isclose(rates, v).any() for v in prompts["v_pred"].to_list())  # k / n successes
+        assert roots.oracle_tokens > 0
+        raw = it.generate_raw_rollouts(ref, cfg, 0, ckpt, roots, rt)
+        assert raw.trajectories == int(prompts["m_alloc"].sum())  # the oracle's episodes are not in it
+        prefixes = it.score_prefixes(ref, cfg, 0, pred, roots, raw, ckpt, rt)
+        alloc = pl.read_parquet(prefixes.path)
+        if alloc.height:
+            assert prefixes.oracle_tokens > 0
+            assert all(np.isclose(rates, v).any() for v in alloc["flip"].to_list())
+        assert prefixes.ext_used <= prefixes.ext_budget
