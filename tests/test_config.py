@@ -5,6 +5,7 @@ import yaml
 
 from trace_core.config import TrainConfig, load_train_config
 from trace_core.config.io import ConfigError, apply_overrides, config_hash, dump_yaml, flatten
+from trace_core.runtime import check_names
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -26,12 +27,22 @@ def test_overrides_apply_and_parse_types():
     ("run.bogus=1", "run.bogus", "1"),
     ("allocation.budget_total=-3", "allocation.budget_total", "-3"),
     ("sampling.temperature=abc", "sampling.temperature", "'abc'"),
-    ("allocation.strategy=nope", "allocation.strategy", "'nope'"),
     ("nosection.x=1", "nosection", ""),
 ])
 def test_bad_values_name_field_and_value(override, path, bad):
     with pytest.raises(ConfigError) as err:
         load_train_config(CONFIGS / "tiny.yaml", [override])
+    assert path in str(err.value) and bad in str(err.value)
+
+
+@pytest.mark.parametrize("override, path, bad", [
+    ("allocation.strategy=nope", "allocation.strategy", "'nope'"),
+    ("advantage.estimator=nope", "advantage.estimator", "'nope'"),
+])
+def test_unknown_names_are_caught_at_start(override, path, bad):
+    cfg = load_train_config(CONFIGS / "tiny.yaml", [override])  # plain data: loads
+    with pytest.raises(ConfigError) as err:
+        check_names(cfg)
     assert path in str(err.value) and bad in str(err.value)
 
 

@@ -31,8 +31,32 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _imports_of(path: Path, known: set[str], *, local_only: bool = False) -> set[str]:
+    """Project modules ``path`` imports: at module level, under ``TYPE_CHECKING`` and inside functions
+    alike (a lazy import that breaks a cycle is still a cycle); ``local_only``: only those inside a
+    function or class body."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    module_level = {id(n) for n in tree.body}
+    for n in tree.body:  # `if TYPE_CHECKING:` blocks are module level too
+        if isinstance(n, ast.If):
+            module_level |= {id(m) for m in n.body}
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if local_only and id(node) in module_level:
+            continue
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        out |= {n for n in names if n in known}
+    return out
+
+
 def _top_level_imports(path: Path, known: set[str]) -> set[str]:
-    """Project modules imported at module level (function-local lazy imports do not form cycles)."""
+    """Project modules imported at module level (what a config home may depend on)."""
     import ast
 
     out: set[str] = set()
@@ -46,10 +70,27 @@ def _top_level_imports(path: Path, known: set[str]) -> set[str]:
     return out
 
 
+#: the command line's entry points import what each command needs when it runs (start-up stays quick)
+LAZY_IMPORTS_ALLOWED = {"flows.cli"}
+
+
+def _project_files() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
+
+
+def test_project_imports_are_module_level():
+    """No function-local import of a project module outside the CLI's entry points: a module's
+    dependencies are the imports at its top."""
+    files = _project_files()
+    local = {m: sorted(deps) for m, p in files.items()
+             if m not in LAZY_IMPORTS_ALLOWED and (deps := _imports_of(p, set(files), local_only=True))}
+    assert not local, f"function-local project imports: {local}"
+
+
 def test_no_import_cycle():
-    files = {_module_name(p): p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
+    files = _project_files()
     assert {m.split(".")[0] for m in files} == set(PACKAGES)  # the whole project is in the graph
-    graph = {m: _top_level_imports(p, set(files)) - {m} for m, p in files.items()}
+    graph = {m: _imports_of(p, set(files)) - {m} for m, p in files.items()}
     # a package's __init__ importing its own submodules is how it exports them, not a cycle
     graph = {m: {d for d in deps if not d.startswith(m + ".")} for m, deps in graph.items()}
     state: dict[str, int] = {}

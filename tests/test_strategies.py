@@ -23,8 +23,6 @@ def test_registry_names_duplicates_and_unknown():
         register_strategy("grpo")(type("Again", (Strategy,), {}))
     with pytest.raises(KeyError, match="known: .*grpo"):
         get_strategy("nope")
-    with pytest.raises(ValidationError, match="unknown strategy 'nope'"):
-        AllocationConfig(strategy="nope")
     with pytest.raises(ValidationError, match="max_per_prompt"):
         AllocationConfig(max_per_prompt=2, min_active=3)
     with pytest.raises(ValidationError, match="root_share"):

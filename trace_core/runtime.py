@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trace_core.advantages.estimators import adv_est_names
+from trace_core.allocation.strategies import strategy_names
 from trace_core.config import TrainConfig
 from trace_core.config.io import ConfigError
 from trace_core.engines.base import engine_names
@@ -33,7 +35,9 @@ from trace_core.rollout.local import LocalRollouts
 def check_names(cfg: TrainConfig) -> TrainConfig:
     """The config's names checked against the registries that implement them, once, at start (a
     config is plain data and imports no implementation). ``ConfigError`` names the field."""
-    known = {"run.engine": ("engine", cfg.run.engine, engine_names())}
+    known = {"run.engine": ("engine", cfg.run.engine, engine_names()),
+             "allocation.strategy": ("strategy", cfg.allocation.strategy, strategy_names()),
+             "advantage.estimator": ("advantage estimator", cfg.advantage.estimator, adv_est_names())}
     for split in ("train", "heldout"):
         for i, entry in enumerate(getattr(cfg.data, split)):
             known[f"data.{split}[{i}].loader"] = ("loader", entry.loader, LOADERS.names())

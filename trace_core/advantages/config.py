@@ -1,14 +1,14 @@
-"""Settings of the advantage estimator (the ``advantage`` section): pure pydantic.
+"""Settings of the advantage estimator (the ``advantage`` section): plain data, no estimator imported.
 
-The estimator name is checked against the registry in ``trace_core.advantages.estimators`` lazily, when a
-config is built.
+The estimator name is checked once, at start, against the registry in ``trace_core.advantages.estimators``
+(``trace_core.runtime.check_names``).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class AdvantageConfig(BaseModel):
@@ -25,14 +25,3 @@ class AdvantageConfig(BaseModel):
     scale_std: bool = Field(False, description="Divide by the group's reward std (population std, + eps); "
                             "off by default (Dr. GRPO: std scaling over-weights near-uniform groups).")
     eps: float = Field(1e-6, gt=0, le=1.0, description="Added to the std before dividing.")
-
-    @field_validator("estimator")
-    @classmethod
-    def _registered(cls, v: str) -> str:
-        from trace_core.advantages.estimators import get_adv_est  # lazy: the config imports no estimator
-
-        try:
-            get_adv_est(v)
-        except KeyError as e:  # the registry's message lists the known names
-            raise ValueError(e.args[0]) from None
-        return v

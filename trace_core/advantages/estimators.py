@@ -52,6 +52,11 @@ def get_adv_est(name: str) -> Estimator:
     return _ESTIMATORS.get_item(name)
 
 
+def adv_est_names() -> list[str]:
+    """The registered estimator names, sorted."""
+    return _ESTIMATORS.names()
+
+
 def compute_advantages(nodes: pl.DataFrame, cfg: AdvantageConfig | None = None) -> pl.DataFrame:
     """``nodes`` with ``subtree_mean_reward`` / ``subtree_count`` and ``advantage`` filled by
     ``cfg.estimator``; the subtree walk runs once, here (no ``finalize_tree`` needed before)."""

@@ -1,13 +1,14 @@
-"""Settings of budget allocation (the ``allocation`` section): pure pydantic, no solver imported.
+"""Settings of budget allocation (the ``allocation`` section): plain data, no solver imported.
 
-Strategy names are checked against the registry in ``strategies`` lazily, when a config is built.
+The strategy name is checked once, at start, against the registry in ``strategies``
+(``trace_core.runtime.check_names``).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Objective = Literal["groups", "trajectories"]
 OBJECTIVES: tuple[str, ...] = ("groups", "trajectories")
@@ -108,15 +109,6 @@ class AllocationConfig(BaseModel):
         "reward flip (sum V_pref(v, r, k)); 'trajectories' = expected trajectories in them (sum (k+1) "
         "V_pref: k continuations plus the raw trajectory). Used by trace and trace-prefix.",
     )
-
-    @field_validator("strategy")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        from trace_core.allocation.strategies import strategy_names  # lazy: the config imports no solver
-
-        if v not in strategy_names():
-            raise ValueError(f"unknown strategy {v!r}; known: {', '.join(strategy_names())}")
-        return v
 
     @model_validator(mode="after")
     def _ranges(self) -> AllocationConfig:
