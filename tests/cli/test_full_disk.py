@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from test_signals_commands import SMALL, _start
 
+from tests.cli.test_signals_commands import SMALL, _start
 from trace_core.policy.model import TINY_WARM_DIR
 
 pytestmark = pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(), reason="shipped tiny checkpoint missing")

@@ -235,7 +235,7 @@ def test_one_rollouts_interface_local_and_ray_alike():
         want = inspect.signature(getattr(Rollouts, name))
         assert inspect.signature(getattr(LocalRollouts, name)) == want, name
         assert inspect.signature(getattr(RolloutPool, name)) == want, name
-    configs = Path(__file__).resolve().parents[1] / "configs"
+    configs = Path(__file__).resolve().parents[2] / "configs"
     cfg = load_train_config(configs / "small-ci.yaml", ["run.threads=1"])
     local = Runtime(cfg).rollouts
     assert isinstance(local, LocalRollouts) and (local.engine, local.threads) == (cfg.run.engine, 1)
@@ -258,7 +258,7 @@ def test_local_rollouts_are_the_agent_loop_on_the_live_policy():
 
     if not (TINY_WARM_DIR / "config.json").is_file():
         pytest.skip("shipped tiny-warm checkpoint not built (trace-rl warmup)")
-    cfg = load_train_config(Path(__file__).resolve().parents[1] / "configs" / "small-ci.yaml",
+    cfg = load_train_config(Path(__file__).resolve().parents[2] / "configs" / "small-ci.yaml",
                             ["run.threads=1", "sampling.max_new_tokens=12"])
     rt = Runtime(cfg)
     ro, ck = rt.rollouts, initial_checkpoint(cfg)

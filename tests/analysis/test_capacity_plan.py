@@ -15,7 +15,7 @@ from trace_core.analysis.capacity import KNOWN_QWEN3, Shape, update_memory
 from trace_core.policy.config import ModelConfig
 from trace_core.policy.model import build_model, n_params
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 SHAPES = [Shape(64, 2, 4, 2, 16, 192, 1000, False), Shape(96, 3, 6, 2, 32, 256, 512, True),
           Shape(128, 1, 8, 8, 16, 384, 2048, False)]
 

@@ -18,7 +18,7 @@ from trace_core.runtime import Runtime
 from trace_core.stages import iteration as it
 from trace_core.stages.run import RunRef, initial_checkpoint
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 pytestmark = pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
                                 reason="shipped tiny checkpoint missing: run `trace-rl warmup`")
 

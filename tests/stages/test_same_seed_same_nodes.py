@@ -15,7 +15,7 @@ import pytest
 
 from trace_core.policy.model import TINY_WARM_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
                                                    reason="shipped tiny checkpoint missing")]
 

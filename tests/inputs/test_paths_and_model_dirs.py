@@ -12,12 +12,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from test_cli_errors import _fails_cleanly, _home_with_run
 
+from tests.cli.test_user_errors import _fails_cleanly, _home_with_run, runner
 from trace_core.policy.model import TINY_WARM_DIR, load_policy
 from trace_core.policy.modeldir import ModelDirError, check_model_dir
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "store"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 from store_fixture import build_fixture_store  # noqa: E402
 
 from trace_core import store  # noqa: E402
@@ -140,8 +140,6 @@ def test_hostile_model_directories_are_one_line_errors(tmp_path):
 
 # ------------------------------------------------------------------ item 9: bad values, one line each
 def test_huge_seed_names_the_field(tmp_path):
-    from test_cli_errors import runner
-
     from flows.cli import app
 
     res = runner.invoke(app, ["train", "--set", f"run.seed={10**30}", "--home", str(tmp_path / "h")])

@@ -24,7 +24,7 @@ from trace_core.stages.results import (
 )
 from trace_core.stages.run import RunRef, initial_checkpoint
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 SETS = ["run.eval_tasks=12", "allocation.budget_total=48"]
 pytestmark = pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
                                 reason="shipped tiny checkpoint missing: run `trace-rl warmup`")

@@ -10,14 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cli_errors import _fails_cleanly
 
+from tests.cli.test_user_errors import _fails_cleanly
 from trace_core.config import load_train_config
 from trace_core.config.io import ConfigError
 from trace_core.envs.datasets import DataError, read_file
 from trace_core.envs.datasets_config import DatasetFile
 
-SAMPLE = Path(__file__).resolve().parents[1] / "trace_core" / "data" / "samples" / "gsm8k.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "trace_core" / "data" / "samples" / "gsm8k.jsonl"
 
 
 def _laughs(levels: int) -> str:

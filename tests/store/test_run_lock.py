@@ -16,7 +16,7 @@ import pytest
 
 from trace_core.home.lock import LOCK_FILE, RunLocked, acquire_run_lock, hold_run_lock, release_run_lock
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HOLD = "import sys, time; from trace_core.home.lock import acquire_run_lock; acquire_run_lock(sys.argv[1]); " \
        "print('held', flush=True); time.sleep(60)"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "store"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 from store_fixture import fixture_nodes  # noqa: E402
 
 from trace_core.analysis.rollout_stats import rollout_metrics  # noqa: E402

@@ -21,8 +21,8 @@ from trace_core.envs.synthetic import demonstration
 from trace_core.runtime import check_names
 from trace_core.stages.prompt_pools import candidate_pool, heldout_pool, training_set
 
-SAMPLES = Path(__file__).resolve().parents[1] / "trace_core" / "data" / "samples"
-ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = Path(__file__).resolve().parents[2] / "trace_core" / "data" / "samples"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gsm8k_file(path: Path, n: int, tag: str) -> Path:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from trace_core.policy.model import TINY_WARM_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 

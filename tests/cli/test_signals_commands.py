@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from test_signals import _alive, _children
 
+from tests.cli.test_signals_train import _alive, _children
 from trace_core.policy.model import TINY_WARM_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = str(ROOT / "configs" / "small-ci.yaml")
 pytestmark = [
     pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(), reason="shipped tiny checkpoint missing"),
@@ -79,7 +79,7 @@ def test_sigterm_in_the_first_second_of_train(tmp_path):
     _stop_and_check(proc, lines, signal.SIGTERM)
 
 
-def test_sigterm_stops_compare(tmp_path):  # SIGINT takes the same path (tests/test_signals.py for train)
+def test_sigterm_stops_compare(tmp_path):  # SIGINT takes the same path (tests/cli/test_signals_train.py for train)
     home = tmp_path / "h"
     proc, lines = _start(tmp_path, ["compare", "--config", SMALL, "--home", str(home), "--run-id", "c",
                                     "--strategies", "grpo,trace", "--seeds", "1", "--set", "run.iterations=50"])
