@@ -13,7 +13,7 @@ forward and backward, two decoder blocks, and their unsharded gradients before t
 DDP keeps everything whole and adds its gradient buckets (another 4 B a parameter).
 
 Activations, per token of one micro-batch (counted from the tensors autograd saves in a Qwen3
-decoder block, ``tests/test_capacity.py``), in floats: ``6h + 4I + 4q + 4kv + 2·heads + kv_heads + 2``
+decoder block, ``tests/analysis/test_capacity_plan.py``), in floats: ``6h + 4I + 4q + 4kv + 2·heads + kv_heads + 2``
 a block without checkpointing, ``h`` with it (plus one block recomputed in backward), ``4h`` after
 the last block, and the vocabulary log-softmax: three ``positions × V`` float32 tensors alive at
 its peak (logits, scaled logits, log-probs in forward; the saved log-probs and two gradients in
