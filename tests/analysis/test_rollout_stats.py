@@ -1,4 +1,4 @@
-"""The rollout statistics named as TRL / verl name them (issue 22), on the hand-checked store
+"""The rollout statistics named as TRL / verl name them, on the hand-checked store
 fixture's iteration 1 of run r1 (tests/store/store_fixture.py): A: a3 = a4 = 1; D: d1 = d2 = 0
 (2 turns each), continuations f1 = 1, f2 = 0 from d1's turn 1; 10 tokens a turn."""
 

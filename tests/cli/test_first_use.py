@@ -1,4 +1,4 @@
-"""The command line as a new user meets it (issue 22): a missing model fails before anything
+"""The command line as a new user meets it: a missing model fails before anything
 starts, `warmup` never writes into the package by default, help texts are whole, `--version`."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ runner = CliRunner()
 
 
 def test_missing_model_fails_in_one_line_before_anything_starts(tmp_path):
-    """Defect 9: `configs/qwen3-8b.yaml` without its model directory: one line, exit 2, no home."""
+    """`configs/qwen3-8b.yaml` without its model directory: one line, exit 2, no home."""
     home = tmp_path / "home"
     res = runner.invoke(app, ["train", "--config", str(ROOT / "configs" / "qwen3-8b.yaml"), "--home", str(home),
                               "--set", f"model.path={tmp_path / 'no-such-model'}"])
@@ -27,7 +27,7 @@ def test_missing_model_fails_in_one_line_before_anything_starts(tmp_path):
 
 
 def test_warmup_without_out_leaves_the_shipped_checkpoint_alone(tmp_path, monkeypatch):
-    """Defect 10: the default output is ./tiny-warm, not the checkpoint inside the package."""
+    """The default output is ./tiny-warm, not the checkpoint inside the package."""
     import trace_core.policy.warmup as warmup
 
     seen = []
@@ -40,7 +40,7 @@ def test_warmup_without_out_leaves_the_shipped_checkpoint_alone(tmp_path, monkey
 
 
 def test_help_is_whole_and_there_is_a_version():
-    """Defect 13: compare's --strategies default is spelled out, --tracking-uri is described,
+    """`compare`'s --strategies default is spelled out, --tracking-uri is described,
     `trace-rl --version` answers."""
     res = runner.invoke(app, ["compare", "--help"], env={"COLUMNS": "100"}, terminal_width=100)
     assert res.exit_code == 0

@@ -1,4 +1,4 @@
-"""A full disk during ``trace-rl train`` (issue 21, item 9), on a real small tmpfs: one line and
+"""A full disk during ``trace-rl train``, on a real small tmpfs: one line and
 exit 2 instead of hundreds of lines of traceback, and a resume once space is freed finishes the run."""
 
 from __future__ import annotations

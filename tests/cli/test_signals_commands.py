@@ -1,4 +1,4 @@
-"""SIGTERM / SIGINT to every long command (issue 21, item 5), with real processes and a signal to
+"""SIGTERM / SIGINT to every long command, with real processes and a signal to
 the whole process group, as a terminal or a scheduler sends it: the command ends within 20 s with
 one line and exit 128 + signal, and leaves no process behind (Prefect server, Ray included)."""
 

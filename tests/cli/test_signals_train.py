@@ -1,4 +1,4 @@
-"""SIGTERM / SIGINT during ``trace-rl train`` (issue 14, row 5), with real processes: the run
+"""SIGTERM / SIGINT during ``trace-rl train``, with real processes: the run
 stops within seconds with one line and exit 128 + signal, and leaves no process behind (the
 temporary Prefect server included); after kill -9 the temporary server does not outlive it."""
 

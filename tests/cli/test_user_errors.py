@@ -1,5 +1,4 @@
-"""User errors end with one line on stderr and exit 2, never a traceback, and touch nothing
-(issue 14, rows 7, 10, 11, 13)."""
+"""User errors end with one line on stderr and exit 2, never a traceback, and touch nothing."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ def _fails_cleanly(args: list[str], match: str) -> str:
     return err
 
 
-# ----------------------------------------------------------------------------- row 7: run ids
+# ------------------------------------------------------------------------------------ run ids
 @pytest.mark.parametrize("bad", ["../../x", "..", ".", "a/b", "", "-x", ".hidden", "x y", "a\0b", "é"])
 def test_bad_run_ids_are_refused(bad):
     with pytest.raises(ValueError, match="invalid run id"):
@@ -50,7 +49,7 @@ def test_cli_refuses_a_run_id_that_leaves_the_home(tmp_path, cmd):
     assert not (tmp_path / "inner").exists() and not (tmp_path / "x").exists()
 
 
-# ----------------------------------------------------------------------------- row 10: sql homes
+# ------------------------------------------------------------------------------------- sql homes
 def _home_with_run(home: Path, run: str) -> None:
     ShardWriter(home, run, strategy="trace").write(
         "iterations", pl.DataFrame({"iteration": [0], "budget_asked": [8], "budget_used": [8]}),
@@ -85,7 +84,7 @@ def test_sql_still_answers_on_a_real_home(tmp_path):
     assert result.exit_code == 0 and "r1" in result.stdout
 
 
-# ----------------------------------------------------------------------------- row 11: bad inputs
+# ------------------------------------------------------------------------------------- bad inputs
 @pytest.mark.parametrize("content, match", [
     (b"run: {iterations: 2\n", "not valid YAML"),
     (b"run:\n  iterations: 2\x00\n", "NUL byte"),
@@ -120,7 +119,7 @@ def test_sql_out_that_is_a_directory(tmp_path):
                         "--out", str(out)], "is a directory")
 
 
-# ----------------------------------------------------------------------------- row 13: size limits
+# ------------------------------------------------------------------------------------- size limits
 @pytest.mark.parametrize("override, field", [
     ("run.candidate_pool=10000000", "run.candidate_pool"),
     ("run.train_prompts=10000000", "run.train_prompts"),

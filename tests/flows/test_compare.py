@@ -32,7 +32,7 @@ def test_compare_two_strategies(prefect_server, tmp_path):
     art = tmp_path / "runs" / "cmp" / "artifacts"
     assert (art / "compare.md").is_file() and (art / "effective_ratio_by_iteration.png").is_file()
     assert "| grpo |" in out["report"] and "| trace |" in out["report"]
-    # issue 22: children name their comparison, the printed report's images their directory, numbers
+    # children name their comparison, the printed report's images their directory, numbers
     # one style (no 2.04e+03 beside 3.91)
     from trace_core.store import query
 

@@ -1,4 +1,4 @@
-"""Stage outputs lost after a run (issue 14, rows 3, 4, 9): a deleted node shard, a deleted
+"""Stage outputs lost after a run: a deleted node shard, a deleted
 checkpoint and a truncated staging shard are found at resume, named in the log, and their
 stages recomputed (with every later stage of that iteration), so the resumed run ends with the
 files back and the same node table as the first run. The real flow on the tiny checkpoint."""
@@ -38,9 +38,9 @@ def test_lost_outputs_are_recomputed_on_resume(prefect_server, tmp_path):
     raw1 = run / "staging" / "iter=00001" / "raw.parquet"
     kept = run / "staging" / "iter=00000" / "raw.parquet"  # nothing wrong with it: replayed, not rewritten
     stamp = kept.stat().st_mtime_ns
-    final0.unlink()                                     # row 3: a deleted node shard
-    shutil.rmtree(checkpoint0)                          # row 9: a deleted checkpoint
-    os.truncate(raw1, raw1.stat().st_size // 2)         # row 4: a truncated shard
+    final0.unlink()                                     # a deleted node shard
+    shutil.rmtree(checkpoint0)                          # a deleted checkpoint
+    os.truncate(raw1, raw1.stat().st_size // 2)         # a truncated shard
 
     out = train_flow(cfg, run_id="r", home=str(home))
     logged = "\n".join(out["recomputed"])  # the lines the flow logged as warnings
@@ -52,7 +52,7 @@ def test_lost_outputs_are_recomputed_on_resume(prefect_server, tmp_path):
     assert f"verify-rewards: output {final0} is missing" in logged
     assert f"generate-raw-rollouts: output {raw1} is unreadable" in logged
 
-    # row 9 alone: the latest checkpoint deleted; only its update (and what follows) reruns
+    # the latest checkpoint alone deleted: only its update (and what follows) reruns
     checkpoint1 = run / "checkpoints" / "iter=00001"
     shutil.rmtree(checkpoint1)
     again = train_flow(cfg, run_id="r", home=str(home))

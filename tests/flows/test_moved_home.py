@@ -1,4 +1,4 @@
-"""A moved run home replays (issue 14, row 15): cache keys and cached records hold paths relative
+"""A moved run home replays: cache keys and cached records hold paths relative
 to the home, so a finished run moved to another directory and resumed there replays every stage
 from its cache (no output rewritten, nothing recomputed, the same node table) and writes nothing
 at the old location. The real flow on the tiny checkpoint."""

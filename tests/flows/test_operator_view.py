@@ -102,7 +102,7 @@ def test_metric_names_are_grouped(ran):
 
 
 def test_params_describe_the_model_trained(ran):
-    """Issue 22, defect 3: the model's params are the loaded checkpoint's sizes, not the defaults."""
+    """The model's params are the loaded checkpoint's sizes, not the defaults."""
     import json
 
     home, _, _ = ran
@@ -115,7 +115,7 @@ def test_params_describe_the_model_trained(ran):
 
 
 def test_prefect_runs_are_tagged_and_artifacts_rounded(ran):
-    """Issue 22, defect 12: flow and task runs carry run / strategy / config tags (task runs also
+    """Flow and task runs carry run / strategy / config tags (task runs also
     the iteration); the allocation table artifact shows rounded numbers."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (

@@ -1,6 +1,6 @@
 """What a fresh `trace-rl train` (no --run-id, its own temporary Prefect server) shows in the
 terminal: the run id from the first line, the flow's own progress lines only, and a few last
-lines that say where everything went (issue 22, defects 1 and 11)."""
+lines that say where everything went."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def fresh_run(tmp_path_factory):
 
 
 def test_the_run_is_named_by_its_id_from_the_first_line(fresh_run):
-    """Defect 1: without --run-id the flow run and the first task run carry the generated run id."""
+    """Without --run-id the flow run and the first task run carry the generated run id."""
     home, _, err = fresh_run
     (run,) = [p.name for p in (home / "runs").iterdir()]
     assert re.fullmatch(r"trace-\d{8}-\d{6}-[0-9a-f]{6}", run)
@@ -45,7 +45,7 @@ def test_the_run_is_named_by_its_id_from_the_first_line(fresh_run):
 
 
 def test_the_terminal_holds_only_the_runs_own_lines(fresh_run):
-    """Defect 11: no third-party progress bars or MLflow warnings; the held-out evaluation reports
+    """No third-party progress bars or MLflow warnings; the held-out evaluation reports
     itself; stdout ends with a few lines: the outcome (effective ratio against uniform GRPO's, the
     held-out change with its paired interval), the store, the report, MLflow, Prefect, what next."""
     home, out, err = fresh_run

@@ -1,4 +1,4 @@
-"""Config and data bombs (issue 21, item 8): aliases are bounded before they expand, a data file
+"""Config and data bombs: aliases are bounded before they expand, a data file
 must be a regular file, and a bad row (oversized, not UTF-8, a lone surrogate, a 5,000-digit
 number) is skipped with the rest of the file kept."""
 

@@ -1,4 +1,4 @@
-"""Nothing on disk is code (issue 14, rows 1, 2, 15, 16, 12): pickle payloads planted in every
+"""Nothing on disk is code: pickle payloads planted in every
 state file of a run home and a model directory never run, checkpoints are swapped in atomically
 with default file modes, and the stage cache key tracks the package source."""
 
@@ -186,7 +186,7 @@ def test_json_records_that_would_import_or_call_are_refused(tmp_path, change):
         _stage_result_store(home)[0].read(key)
 
 
-# ----------------------------------------------------------------------------- row 16: atomic swap
+# ------------------------------------------------------------------------------------- atomic swap
 def test_save_checkpoint_swaps_without_a_gap_and_leaves_others_temp_dirs(tmp_path, monkeypatch):
     model = tiny_model(seed=1)
     path = ck.save_checkpoint(tmp_path / "ck", model, cursor={"iteration": 1})
@@ -234,7 +234,7 @@ def test_replace_dir_without_exchange_falls_back(tmp_path, monkeypatch):
     assert (old / "f").read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["ck"]
 
 
-# ----------------------------------------------------------------------------- row 12: file modes
+# ------------------------------------------------------------------------------------- file modes
 @pytest.fixture
 def umask():
     def set_(mask: int):
@@ -257,7 +257,7 @@ def test_shards_and_checkpoints_get_default_modes(tmp_path, umask, mask):
         assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~mask, f.name
 
 
-# ----------------------------------------------------------------------------- row 15: cache key
+# ------------------------------------------------------------------------------------- cache key
 def test_cache_key_tracks_the_package_source(tmp_path, monkeypatch):
     from tasks import cache
     from tasks.stages import stage_tasks

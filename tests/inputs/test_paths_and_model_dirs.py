@@ -1,4 +1,4 @@
-"""Hostile files and bad input (issue 21, items 4, 6, 7 and 9): ``--out`` never replaces or follows
+"""Hostile files and bad input: ``--out`` never replaces or follows
 what it names, model directories are checked (safetensors and JSON only) before anything loads
 them, a copied home's catalogue answers for the copy, and bad input ends in one line, exit 2."""
 
@@ -25,7 +25,7 @@ from trace_core import store  # noqa: E402
 needs_tiny = pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(), reason="shipped tiny checkpoint missing")
 
 
-# ------------------------------------------------------------------ item 4: --out names a regular file
+# -------------------------------------------------------------------------- --out names a regular file
 def _targets(tmp_path: Path) -> dict[str, Path]:
     """A symlink to a file outside, a FIFO, a character device (like /dev/full, made as root)."""
     victim = tmp_path / "victim.txt"
@@ -72,7 +72,7 @@ def test_out_to_a_regular_file_is_written_whole(tmp_path):
     assert out.read_text().startswith("run_id") and not list(tmp_path.glob(".q.csv.*"))
 
 
-# ------------------------------------------------------------------ items 6 and 9: hostile model directories
+# --------------------------------------------------------------------------------- hostile model directories
 def _hostile_dirs(tmp_path: Path) -> dict[str, Path]:
     """14 model directories that must be refused before anything loads them."""
     import torch
@@ -138,7 +138,7 @@ def test_hostile_model_directories_are_one_line_errors(tmp_path):
     assert check_model_dir(TINY_WARM_DIR) == TINY_WARM_DIR
 
 
-# ------------------------------------------------------------------ item 9: bad values, one line each
+# -------------------------------------------------------------------------- bad values, one line each
 def test_huge_seed_names_the_field(tmp_path):
     from flows.cli import app
 
@@ -160,7 +160,7 @@ def test_bad_values_are_one_line_errors(tmp_path, args, match):
     assert not home.exists()
 
 
-# ------------------------------------------------------------------ item 7 (and 9): the catalogue of a copied home
+# ---------------------------------------------------------------------------------- the catalogue of a copied home
 def _count(catalogue: Path, table: str) -> int:
     with duckdb.connect(str(catalogue), read_only=True) as con:
         return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]

@@ -1,4 +1,4 @@
-"""Same config and seed, same node table (issue 21, item 10): stages 1-6 of iteration 0 run in two
+"""Same config and seed, same node table: stages 1-6 of iteration 0 run in two
 separate processes with different hash seeds give identical node tables, column by column
 (``node_digest``: floats to 3 decimals), hence the same effective ratio."""
 

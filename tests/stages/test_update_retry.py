@@ -1,4 +1,4 @@
-"""A retried ``update_policy`` restarts from its input checkpoint (issue 14, row 14): the live
+"""A retried ``update_policy`` restarts from its input checkpoint: the live
 policy is cached per process, so a failed attempt leaves its partly updated weights in memory;
 the retry reloads the checkpoint's weights and gives the same result as a clean run. Stages
 are called directly on the shipped tiny policy, as in ``test_iteration`` (no Prefect)."""

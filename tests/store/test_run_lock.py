@@ -1,4 +1,4 @@
-"""One writer per run (issue 14, row 6), with real processes: a live holder refuses a second
+"""One writer per run, with real processes: a live holder refuses a second
 writer at once (the lock helper and ``trace-rl train``), a holder killed with SIGKILL leaves a
 lock that the next writer takes over."""
 

@@ -1,4 +1,4 @@
-"""Stage cache keys (issue 14, row 15): the same inputs under a moved home or checkout give the
+"""Stage cache keys: the same inputs under a moved home or checkout give the
 same key; a change of what a stage computes gives another; retention and timeout settings don't
 count (they change what is kept, not what is computed)."""
 

@@ -1,4 +1,4 @@
-"""Stage retries and timeouts (issue 14, row 14): the retry predicate on exceptions and Prefect
+"""Stage retries and timeouts: the retry predicate on exceptions and Prefect
 states, and ``run.stage_timeout_s`` applied to the generation and update tasks (no flow run)."""
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """RunTracker writes each (key, step) once across crashes: a resumed process skips the steps
-its predecessor sent, for the iteration metrics and for the wall times logged after them
-(issue 14, row 8). A stand-in for the MLflow Tracker, on the real journal, records what would be sent."""
+its predecessor sent, for the iteration metrics and for the wall times logged after them. A stand-in for the MLflow Tracker, on the real journal, records what would be sent."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Trajectories as MLflow 3 traces (issue 22): on the store fixture's run r1, iteration 1 (six
+"""Trajectories as MLflow 3 traces: on the store fixture's run r1, iteration 1 (six
 trajectories: a3, a4; d1, d2 of two turns; f1, f2 continuing d1 after its first turn)."""
 
 from __future__ import annotations

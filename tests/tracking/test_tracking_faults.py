@@ -1,5 +1,5 @@
 """Tracking under kills, outages and full disks, with real processes and a real MLflow store
-(issue 21, items 1-3 and the model logged exactly once): after any of them the run has one
+(kills, outages, full disks; the model logged exactly once): after any of them the run has one
 MLflow run, each (key, step) once and at most one logged model and registered version."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-# ------------------------------------------------------------------ item 1: kill while creating mlflow.db
+# -------------------------------------------------------------------------- kill while creating mlflow.db
 def test_kill_while_mlflow_creates_its_database(tmp_path):
     proc = _session(tmp_path, 0, 2)
     _wait_for(proc, "Creating initial MLflow database tables")
@@ -202,7 +202,7 @@ def test_full_disk_while_mlflow_creates_its_database(small_tmpfs):
     assert state["counts"] == Counter({("loss", s): 1 for s in range(4)})
 
 
-# ------------------------------------------------------------------ item 2: outage, then replay, exactly once
+# -------------------------------------------------------------------------- outage, then replay, exactly once
 def test_outage_then_resume_logs_each_step_and_the_model_once(tmp_path):
     from trace_core.policy.config import TINY_WARM_DIR
 
@@ -245,7 +245,7 @@ def test_kill_during_model_logging_leaves_one_model(tmp_path):
     assert state["counts"] == Counter({(k, s): 1 for k in ("loss", "ratio") for s in range(3)})
 
 
-# ------------------------------------------------------------------ item 3: markers written atomically, read defensively
+# -------------------------------------------------------------------------- markers written atomically, read defensively
 def test_empty_or_torn_marker_files_do_not_break_a_resume(tmp_path):
     import tracking.run_tracker as rt
 

@@ -77,7 +77,7 @@ def test_run_with_params_metrics_and_artifacts_then_resume(home):
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in files if p.suffix == ".png")
     report = (tr.run_dir / "artifacts" / "report.md").read_text()
     assert "wasted_by_iteration" in report and "`plots/effective_ratio.png`" in report
-    # MLflow's markdown view shows neither relative images nor JSON well (issue 22, defect 12):
+    # MLflow's markdown view shows neither relative images nor JSON well:
     # the plots are named, the page with them is report.html, stage seconds are columns
     assert "![" not in report and "report.html" in report
     assert '{"rollout"' not in report and "Seconds per stage" in report and "| iteration | rollout |" in report

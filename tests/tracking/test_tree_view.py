@@ -1,4 +1,4 @@
-"""The report's rollout trees rendered by headless Chromium (issue 22): on the hand-checked
+"""The report's rollout trees rendered by headless Chromium: on the hand-checked
 store fixture (tests/store/store_fixture.py) the page renders, and the trees drawn have the
 expected nodes and branch points, in the expected order."""
 
