@@ -41,6 +41,16 @@ UNION ALL BY NAME
 SELECT * FROM read_parquet('shards/predictions/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
     hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, union_by_name = true, allow_empty = true);
 
+-- One row per sampling group, the unit the named queries count in: written once per iteration
+-- beside its nodes (shards/trajectory_groups/.../summary.parquet, sorted by task and depth), so a
+-- wasted-rollout question scans groups, not nodes. Columns and definitions as the
+-- trajectory_groups_from_nodes view below; a home written before the summaries gets them when opened.
+CREATE OR REPLACE VIEW trajectory_groups AS
+SELECT * FROM read_parquet('shards/trajectory_groups/_schema.parquet')
+UNION ALL BY NAME
+SELECT * FROM read_parquet('shards/trajectory_groups/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
+    hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, union_by_name = true, allow_empty = true);
+
 -- One row per run (its shard is rewritten when the run starts, finishes or fails).
 CREATE OR REPLACE VIEW runs AS
 SELECT * FROM read_parquet('shards/runs/_schema.parquet')
@@ -144,9 +154,9 @@ LEFT JOIN anchor_owners AS o
 LEFT JOIN per_trajectory AS ow
     ON ow.run_id = o.run_id AND ow.iteration = o.iteration AND ow.trajectory_id = o.owner_id;
 
--- One row per sampling group, the unit the named queries count in (far cheaper than the
--- per-trajectory view over millions of nodes; the same definitions, checked against it in
--- tests/store/test_store_queries.py):
+-- One row per sampling group computed from the nodes: the definitions of the trajectory_groups
+-- summaries (what an iteration's writer stores, trace_core.home.groups), kept for drill-down and
+-- to check them (every named query answers alike from both: tests/store/test_store_groups.py):
 --   * raw groups: the raw rollouts of one prompt in one iteration (anchor: the prompt's root),
 --     anchor_id NULL, anchor_depth 0;
 --   * extension groups: the continuations from one prefix node plus the raw rollout through it.
@@ -161,7 +171,7 @@ LEFT JOIN per_trajectory AS ow
 -- Every node carries its trajectory's anchor (anchor_id) and the trajectory through that anchor
 -- (anchor_trajectory_id), so the groups come from one aggregation over the nodes; the owners'
 -- rewards and tokens from a second, over the owners' nodes only. No join of nodes with nodes.
-CREATE OR REPLACE VIEW trajectory_groups AS
+CREATE OR REPLACE VIEW trajectory_groups_from_nodes AS
 WITH anchored AS (  -- one pass: every group, keyed by its anchor
     SELECT
         run_id,

@@ -138,20 +138,25 @@ def _apply_schema(con: duckdb.DuckDBPyConnection, home: Path) -> None:
     con.execute(catalog_sql(home))
 
 
-def connect(home_dir: str | Path, exclude: Collection[Path] = ()) -> duckdb.DuckDBPyConnection:
+def connect(home_dir: str | Path, exclude: Collection[Path] = (), *,
+            from_nodes: bool = False) -> duckdb.DuckDBPyConnection:
     """A private in-memory DuckDB with the store's views over ``home_dir``'s shards (less the
     files in ``exclude``). An ``s3://`` home is read through pyarrow's S3 filesystem
-    (``trace_core.home.objstore``): DuckDB's httpfs extension would have to be downloaded first."""
+    (``trace_core.home.objstore``): DuckDB's httpfs extension would have to be downloaded first.
+    ``from_nodes``: ``trajectory_groups`` recomputed from the node shards instead of read from the
+    stored group summaries (``sql/catalog/groups_from_nodes.sql``)."""
     if objstore.is_remote(home_dir):
         ensure_schema_shards(home_dir)
         con = duckdb.connect(":memory:")
         con.register_filesystem(objstore.fsspec_filesystem())
         con.execute(schema_sql(home_dir))
-        return con
-    home = check_home_path(home_dir)  # the search path is globbed too
-    ensure_schema_shards(home)
-    con = duckdb.connect(":memory:", config=_config(home))
-    con.execute(schema_sql(home, exclude))
+    else:
+        home = check_home_path(home_dir)  # the search path is globbed too
+        ensure_schema_shards(home, skip=exclude)
+        con = duckdb.connect(":memory:", config=_config(home))
+        con.execute(schema_sql(home, exclude))
+    if from_nodes:
+        con.execute((sql_dir() / "catalog" / "groups_from_nodes.sql").read_text())
     return con
 
 
@@ -274,12 +279,14 @@ def has_store(home_dir: str | Path) -> bool:
     return (home / "shards").is_dir() or catalog_path(home).is_file()
 
 
-def query(home_dir: str | Path, sql: str, params: dict | None = None, *, skip_bad: bool = False) -> pl.DataFrame:
+def query(home_dir: str | Path, sql: str, params: dict | None = None, *, skip_bad: bool = False,
+          from_nodes: bool = False) -> pl.DataFrame:
     """Run one SQL statement (read from a file, never built here) against the store's views.
 
     Only the parameters the statement names are bound (DuckDB rejects extra ones); a named
     parameter that ``params`` lacks is bound to NULL. A shard that does not open raises
     ``CorruptShard`` naming it; ``skip_bad`` leaves such shards out instead (a warning each).
+    ``from_nodes``: groups recomputed from the nodes, not read from their summaries (``connect``).
     """
     given = params or {}
     unknown = set(given) - set(statement_params(sql))
@@ -287,20 +294,27 @@ def query(home_dir: str | Path, sql: str, params: dict | None = None, *, skip_ba
         raise ValueError(f"parameters {sorted(unknown)} are not used by the statement")
     bound = {name: given.get(name) for name in statement_params(sql)}
     if objstore.is_remote(home_dir):  # no local files to check one by one
-        with connect(home_dir) as con:
+        with connect(home_dir, from_nodes=from_nodes) as con:
             return con.sql(sql, params=bound).pl()
     skip = _skipped(bad_shards(home_dir)) if skip_bad else {}  # footers: cheap, catches truncation
     try:
-        with connect(home_dir, exclude=skip) as con:
-            return con.sql(sql, params=bound).pl()
-    except duckdb.Error as err:
+        return _run(home_dir, sql, bound, skip, from_nodes)
+    except (duckdb.Error, CorruptShard) as err:  # CorruptShard: a node shard the group summaries read
         bad = {p: why for p, why in bad_shards(home_dir, deep=True).items() if p not in skip}
         if not bad:
             raise
         if not skip_bad:
             path, why = next(iter(bad.items()))
             raise CorruptShard(path, f"{why} ({len(bad)} unreadable shard(s); --skip-bad queries the rest)") from err
-    with connect(home_dir, exclude=skip | _skipped(bad)) as con:  # damage past the footer, found by reading
+    return _run(home_dir, sql, bound, skip | _skipped(bad), from_nodes)  # damage past the footer, found by reading
+
+
+def _run(home_dir: str | Path, sql: str, bound: dict, skip: dict[Path, str], from_nodes: bool) -> pl.DataFrame:
+    """One statement on a fresh connection without the ``skip`` shards; when node shards are
+    skipped, groups come from the readable nodes (the stored summaries count the skipped ones)."""
+    nodes = check_home_path(home_dir) / "shards" / "nodes"
+    from_nodes = from_nodes or any(Path(p).resolve().is_relative_to(nodes) for p in skip)
+    with connect(home_dir, exclude=skip, from_nodes=from_nodes) as con:
         return con.sql(sql, params=bound).pl()
 
 

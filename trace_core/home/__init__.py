@@ -2,6 +2,7 @@
 
     layout     table schemas, shard paths, the atomic file write
     shards     rows conformed to their table, written (``ShardWriter``), read, checked
+    groups     the group summaries: one row per sampling group, written beside each node partition
     migrate    homes in the older ``run=R/iter=N`` layout moved into the current one
     objstore   a home on object storage (``s3://bucket/prefix``)
     queries    the named queries of ``sql/`` (``trace-rl sql NAME``)

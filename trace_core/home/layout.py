@@ -97,6 +97,31 @@ EVALUATION_SCHEMA: dict[str, pl.DataType] = {
     "created_at": pl.Datetime("us"),
 }
 
+# One row per sampling group, written once per iteration beside its nodes (``trace_core.home.groups``)
+# and read by the named wasted-rollout queries, so they scan groups (~1 a 10 nodes) instead of nodes.
+GROUP_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.Utf8,
+    "strategy": pl.Utf8,
+    "iteration": pl.Int32,
+    "prompt_id": pl.Utf8,
+    "task": pl.Utf8,
+    "difficulty": pl.Int32,
+    "origin": pl.Utf8,  # 'raw' (the rollouts of a prompt) | 'extension' (the continuations from a prefix)
+    "anchor_id": pl.Utf8,  # the prefix node an extension group branches from; null for a raw group (the root)
+    "anchor_depth": pl.Int32,  # 0 for a raw group, t for continuations from the prefix after turn t
+    "trajectories": pl.Int64,  # the group's own generated trajectories (an owner counts in its raw group)
+    "tokens": pl.Int64,  # their generated tokens
+    "successes": pl.Float64,  # sum of their rewards
+    "contrastive": pl.Boolean,  # the group (owner included) holds different rewards
+    "effective": pl.Int64,  # own trajectories that are effective (see the trajectories view)
+    "effective_tokens": pl.Int64,
+    "owner_trajectory_id": pl.Utf8,  # extension group: the raw trajectory through the anchor
+    "owner_reward": pl.Float64,
+    "group_size": pl.Int64,  # the whole group, owner included
+    "group_successes": pl.Float64,
+    "flips": pl.Int64,  # extension group: continuations whose reward differs from the owner's
+}
+
 #: tables written once per run, not per iteration (their shards sit directly under ``run_id=R/``)
 RUN_TABLES = frozenset({"runs"})
 
@@ -107,6 +132,14 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
     "evaluations": EVALUATION_SCHEMA,
     "predictions": PREDICTION_SCHEMA,
     "runs": RUN_SCHEMA,
+    "trajectory_groups": GROUP_SCHEMA,
+}
+
+#: row order within a shard, for tables whose rows are free to reorder: with row-group statistics,
+#: a filter on the leading columns skips row groups (node shards keep the order the stages wrote:
+#: the update reads them back in that order).
+SORT_KEYS: dict[str, tuple[str, ...]] = {
+    "trajectory_groups": ("task", "anchor_depth", "difficulty", "prompt_id", "anchor_id"),
 }
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -114,9 +147,18 @@ SCHEMA_SHARD = "_schema.parquet"
 # zstd level 1: ~as fast as lz4/snappy with polars, smaller files (measured in bench_store.py)
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 1
-# no row-group statistics: every row group of a shard spans the same run, iteration and depths, so
-# they prune nothing (the hive path prunes run_id / iteration), and writing them costs ~10% of a write
-STATISTICS = False
+# row-group statistics (min / max): the catalogue file reads shards without hive partitioning, so a
+# filter on run_id / iteration (or, in sorted group shards, task / depth) skips row groups by them;
+# bench_store.py checks the skipping with EXPLAIN
+STATISTICS = True
+
+
+class CorruptShard(ValueError):
+    """A Parquet shard that does not open (truncated, overwritten); names the file."""
+
+    def __init__(self, path: str | Path, reason: str):
+        self.path, self.reason = Path(path), " ".join(reason.split())
+        super().__init__(f"corrupt shard {self.path}: {self.reason}")
 
 
 GLOB_CHARS = frozenset("*?[]{}")  # DuckDB expands these in read_parquet paths; no escape exists

@@ -96,3 +96,11 @@ def has_objects(url: str) -> bool:
 def read_parquet(url: str) -> pl.DataFrame:
     with filesystem().open_input_file(_key(url)) as fh:
         return pl.read_parquet(fh.read())
+
+
+def list_parquet(url: str) -> list[str]:
+    """The ``*.parquet`` objects directly under the prefix ``url``, as ``s3://`` URLs, sorted."""
+    sel = pafs.FileSelector(_key(url).rstrip("/"), allow_not_found=True, recursive=False)
+    scheme = url.split("://", 1)[0]
+    return sorted(f"{scheme}://{info.path}" for info in filesystem().get_file_info(sel)
+                  if info.path.endswith(".parquet") and info.type == pafs.FileType.File)

@@ -46,11 +46,12 @@ def describe_query(name: str) -> str:
 
 
 def run_named_query(home_dir: str | Path, name: str, run_id: str | None = None, *,
-                    skip_bad: bool = False) -> pl.DataFrame:
+                    skip_bad: bool = False, from_nodes: bool = False) -> pl.DataFrame:
     """Run ``sql/NAME.sql`` over the shards under ``home_dir``; ``run_id=None`` = all runs;
-    ``skip_bad``: leave out shards that do not open (``CorruptShard`` names the first otherwise).
+    ``skip_bad``: leave out shards that do not open (``CorruptShard`` names the first otherwise);
+    ``from_nodes``: groups recomputed from the node shards, not read from their stored summaries.
     ``home_dir`` may be an object-storage home (``s3://bucket/prefix``, see ``trace_core.home.objstore``)."""
-    return catalogue.query(home_dir, load_query(name), {"run_id": run_id}, skip_bad=skip_bad)
+    return catalogue.query(home_dir, load_query(name), {"run_id": run_id}, skip_bad=skip_bad, from_nodes=from_nodes)
 
 
 def render(frame: pl.DataFrame, fmt: OutputFormat) -> str:

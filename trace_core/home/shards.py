@@ -8,17 +8,26 @@ these files lives in ``trace_core.store``.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import polars as pl
 
 from trace_core.home import objstore
+from trace_core.home.groups import (
+    NODE_COLUMNS,
+    SUMMARY_STAGE,
+    backfill_groups,
+    group_rows,
+    summarise_partition,
+)
 from trace_core.home.layout import (
     COMPRESSION,
     COMPRESSION_LEVEL,
     SCHEMA_SHARD,
     STATISTICS,
     TABLES,
+    CorruptShard,
     check_name,
     shard_path,
     shard_url,
@@ -47,9 +56,11 @@ def conform(frame: pl.DataFrame, table: str) -> pl.DataFrame:
     return frame.select(cols)
 
 
-def ensure_schema_shards(home_dir: str | Path) -> None:
+def ensure_schema_shards(home_dir: str | Path, skip: Collection[Path] = ()) -> None:
     """An empty shard per table, so the views bind (with the declared columns) before any data;
-    rewritten when the declared columns changed. A home in the older layout is moved first."""
+    rewritten when the declared columns changed. A home in the older layout is moved first, and
+    node partitions without a current group summary (written before the summaries) get one; the
+    partitions holding a shard of ``skip`` (unreadable ones) are left as they are."""
     if objstore.is_remote(home_dir):  # object storage homes never had the old layout
         for table, schema in TABLES.items():
             if not objstore.exists(url := f"{str(home_dir).rstrip('/')}/shards/{table}/{SCHEMA_SHARD}"):
@@ -60,6 +71,7 @@ def ensure_schema_shards(home_dir: str | Path) -> None:
         path = table_dir(home_dir, table) / SCHEMA_SHARD
         if not path.exists() or _schema_of(path) != schema:
             write_parquet_atomic(pl.DataFrame(schema=schema), path)
+    backfill_groups(home_dir, skip)
 
 
 def _schema_of(path: Path) -> dict | None:
@@ -81,7 +93,9 @@ def write_shard(
     """Conform ``frame`` to ``table`` and write it as the shard of (run, iteration, stage).
 
     Rows whose ``run_id`` differs from ``run_id`` are rejected (they would land in another run's
-    partition). Returns the shard path (a small, serialisable reference for Prefect tasks).
+    partition). A node shard's partition gets its group summary rewritten (``trace_core.home.groups``):
+    the iteration's groups are known once its nodes are. Returns the shard path (a small,
+    serialisable reference for Prefect tasks).
     """
     remote = objstore.is_remote(home_dir)
     path = (shard_url if remote else shard_path)(home_dir, table, run_id, stage, iteration)
@@ -95,9 +109,24 @@ def write_shard(
         raise ValueError(f"{table} rows with iteration other than {iteration} in shard {stage!r}")
     ensure_schema_shards(home_dir)
     if remote:  # one PUT: the object is whole or absent
-        return objstore.put_parquet(out, path, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL,
-                                    statistics=STATISTICS)
-    return write_parquet_atomic(out, path)
+        objstore.put_parquet(out, path, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL,
+                             statistics=STATISTICS)
+        if table == "nodes":
+            _summarise_remote(home_dir, out, path, run_id, iteration)
+        return path
+    write_parquet_atomic(out, path)
+    if table == "nodes":
+        summarise_partition(home_dir, path.parent, frame=out, written=path)
+    return path
+
+
+def _summarise_remote(home: str, frame: pl.DataFrame, written: str, run_id: str, iteration: int) -> None:
+    """The group summary of an object-storage node partition: ``frame`` and its other shards."""
+    others = [objstore.read_parquet(u) for u in objstore.list_parquet(written.rsplit("/", 1)[0]) if u != written]
+    whole = pl.concat([f.select([c for c in NODE_COLUMNS if c in f.columns]) for f in [frame, *others]],
+                      how="diagonal_relaxed")
+    objstore.put_parquet(group_rows(whole), shard_url(home, "trajectory_groups", run_id, SUMMARY_STAGE, iteration),
+                         compression=COMPRESSION, compression_level=COMPRESSION_LEVEL, statistics=STATISTICS)
 
 
 def _lacks_anchors(frame: pl.DataFrame) -> bool:
@@ -105,14 +134,6 @@ def _lacks_anchors(frame: pl.DataFrame) -> bool:
     if "anchor_id" not in frame.columns:
         return "depth" in frame.columns and "trajectory_id" in frame.columns
     return frame.select((pl.col("anchor_id").is_null() & (pl.col("depth") > 0)).any()).item()
-
-
-class CorruptShard(ValueError):
-    """A Parquet shard that does not open (truncated, overwritten); names the file."""
-
-    def __init__(self, path: str | Path, reason: str):
-        self.path, self.reason = Path(path), " ".join(reason.split())
-        super().__init__(f"corrupt shard {self.path}: {self.reason}")
 
 
 def shard_error(path: str | Path, *, deep: bool = False) -> str | None:
@@ -183,4 +204,6 @@ class ShardWriter:
         p = self.path(table, stage=stage, iteration=iteration)
         existed = p.exists()
         p.unlink(missing_ok=True)
+        if table == "nodes" and existed:  # the partition's groups without it
+            summarise_partition(self.home_dir, p.parent)
         return existed
