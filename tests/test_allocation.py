@@ -441,32 +441,3 @@ def test_iteration_budget_tracks_cumulative_tokens():
     assert iteration_budget(cfg, 1, 0, 50.0) == 240               # capped at 2x
     assert iteration_budget(cfg, 1, 11_000, 50.0) == 60           # overspent: floor 0.5x
     assert iteration_budget(cfg, 1, 6_000, 25.0) == 240           # cheaper trajectories buy more
-
-
-def test_effective_batch_sizes_the_iteration_by_the_last_effective_ratio(tmp_path):
-    """effective_batch: iteration i buys effective_batch / the last effective ratio trajectories,
-    within [budget_total / 4, budget_total]; budget_total at iteration 0 or without a ratio; it
-    excludes budget_tokens; the ratio is read back from the previous iteration's row."""
-    import polars as pl
-    from pydantic import ValidationError
-
-    from trace_core.allocation.config import AllocationConfig
-    from trace_core.allocation.planner import iteration_budget
-    from trace_core.home.shards import ShardWriter
-    from trace_core.stages.run import RunRef
-    from trace_core.stages.spending import previous_effective_ratio
-
-    cfg = AllocationConfig(budget_total=768, effective_batch=280)
-    assert iteration_budget(cfg, 0, 0, None, 0.5) == 768
-    assert iteration_budget(cfg, 3, 0, None, None) == 768
-    assert iteration_budget(cfg, 3, 0, None, 0.55) == 510        # ceil(280 / 0.55)
-    assert iteration_budget(cfg, 3, 0, None, 0.30) == 768        # capped at budget_total
-    assert iteration_budget(cfg, 3, 0, None, 0.99) == 283
-    assert iteration_budget(cfg.model_copy(update={"effective_batch": 10}), 3, 0, None, 0.9) == 192  # floor B/4
-    with pytest.raises(ValidationError, match="at most one"):
-        AllocationConfig(budget_total=64, effective_batch=30, budget_tokens=1000)
-    ref = RunRef(str(tmp_path), "r")
-    assert previous_effective_ratio(ref, 0) is None and previous_effective_ratio(ref, 2) is None
-    ShardWriter(tmp_path, "r").write("iterations", pl.DataFrame([{"iteration": 1, "effective_ratio": 0.42}]),
-                                     stage="final", iteration=1)
-    assert previous_effective_ratio(ref, 2) == pytest.approx(0.42)

@@ -15,6 +15,8 @@ from trace_core.allocation.strategies import (
 )
 
 ALL = ["dapo", "grpo", "pcl", "trace", "trace-prefix", "trace-root", "treepo"]
+#: full groups and a wide reserve (the defaults before breadth): the mechanics below are pinned on them
+FULL = dict(root_objective="trajectories", min_active=2, ext_reserve=0.25, max_reserve=0.5, max_per_node=8)
 
 
 def test_registry_names_duplicates_and_unknown():
@@ -92,9 +94,10 @@ def test_token_budget_buys_more_short_continuations():
     assert k.sum() > 2  # more than two continuations with a 2-episode budget
 
 
-def test_objectives_default_to_trajectories_and_are_validated():
+def test_defaults_are_the_measured_breadth_setting_and_objectives_are_validated():
     cfg = AllocationConfig()
-    assert cfg.root_objective == "trajectories" and cfg.prefix_objective == "trajectories"
+    assert cfg.root_objective == "groups" and cfg.prefix_objective == "trajectories"
+    assert (cfg.min_active, cfg.max_reserve, cfg.ext_reserve, cfg.max_per_node) == (4, 0.1, 0.1, 4)
     with pytest.raises(ValidationError, match="root_objective"):
         AllocationConfig(root_objective="rollouts")
     with pytest.raises(ValidationError, match="prefix_objective"):
@@ -109,8 +112,7 @@ def test_trace_strategies_pass_the_objectives_through(name):
     rng = np.random.default_rng(3)
     v, vp, r = rng.random(64), rng.random(90), rng.integers(0, 2, 90).astype(float)
     remaining = rng.integers(1, 5, 90)
-    cfg = AllocationConfig(strategy=name, budget_total=96, root_objective="trajectories",
-                           prefix_objective="trajectories")
+    cfg = AllocationConfig(strategy=name, budget_total=96, **FULL)
     s = get_strategy(name)
     m = s.allocate_roots(v, cfg, np.random.default_rng(0))
     if name != "trace-prefix":
@@ -132,7 +134,7 @@ def test_trace_one_price_budget_split():
     iteration bought, within [min_reserve, max_reserve]); a set root_share fixes the split; the
     fixed-split strategies use 0.5."""
     trace, treepo = get_strategy("trace"), get_strategy("treepo")
-    cfg = AllocationConfig(strategy="trace", budget_total=200)
+    cfg = AllocationConfig(strategy="trace", budget_total=200, **FULL)
     assert trace.root_budget(cfg) == 150  # ext_reserve 0.25
     assert trace.root_budget(cfg, reserve=60) == 140
     assert trace.root_budget(cfg, reserve=0) == 180  # min_reserve 0.1
@@ -144,7 +146,7 @@ def test_trace_one_price_budget_split():
 def test_trace_price_gates_continuations_and_leftover_goes_to_a_second_wave():
     rng = np.random.default_rng(5)
     trace = get_strategy("trace")
-    cfg = AllocationConfig(strategy="trace", budget_total=96)
+    cfg = AllocationConfig(strategy="trace", budget_total=96, **FULL)
     v = rng.random(40)
     m = trace.allocate_roots(v, cfg, rng, budget=64)
     price = trace.root_threshold(v, m, cfg)

@@ -6,8 +6,6 @@ The estimator name is checked once, at start, against the registry in ``trace_co
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -17,11 +15,6 @@ class AdvantageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     estimator: str = Field("tree", description="Registered estimator name ('tree' default for branched trees, 'grpo').")
-    value: Literal["leaves", "children"] = Field(
-        "leaves", description="A node's value: 'leaves' = the mean reward of every leaf below it; 'children' = "
-        "the mean of its children's values (a leaf: its reward), so a branched child counts once, like "
-        "every other sample from that node, and a root group's baseline is not pulled toward the "
-        "subtree the budget branched. Equal on unbranched trees.")
     scale_std: bool = Field(False, description="Divide by the group's reward std (population std, + eps); "
                             "off by default (Dr. GRPO: std scaling over-weights near-uniform groups).")
     eps: float = Field(1e-6, gt=0, le=1.0, description="Added to the std before dividing.")

@@ -8,12 +8,9 @@ over the tokens). Roots get null.
 * ``grpo``: the leaves of one prompt form the group; ``A(node) = mean reward below node − mean
   reward of the prompt`` (optionally / std of the prompt's rewards). On an unbranched tree every
   turn of rollout ``j`` gets ``r_j − mean(r)``, which is GRPO.
-* ``value`` (both estimators): ``leaves`` (default) takes a node's value as the mean reward of
-  every leaf below it; ``children`` as the mean of its children's values, a leaf's value being its
-  reward. The two agree on unbranched trees. On a branched tree the leaf mean counts a branched
-  child K + 1 times, so the root group's baseline leans toward the subtree the budget chose to
-  branch, and the raw rollouts' advantages no longer sum to zero; the children mean keeps every
-  sample from a node at one weight (the unbiased estimate of that node's value under the policy).
+* A node's value (both estimators) is the mean reward of every leaf below it. On a branched tree
+  that counts a branched child K + 1 times in its root group's baseline (the mean of the
+  children's values instead was measured and learned less).
 * ``tree``: the anchor of a turn is the nearest ancestor with more than one child (a branch
   point: the root with ``m ≥ 2`` rollouts, or a prefix with its continuations plus the original
   continuation). ``A(node) = mean reward below node − mean reward below anchor`` (optionally /
@@ -27,7 +24,6 @@ Usage::
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -63,37 +59,9 @@ def compute_advantages(nodes: pl.DataFrame, cfg: AdvantageConfig | None = None) 
     cfg = cfg or AdvantageConfig()
     est = get_adv_est(cfg.estimator)
     stats = subtree_stats(nodes)
-    nodes = finalize_tree(nodes, stats)  # the stored subtree columns stay the leaf mean and count
-    adv = est(nodes, child_values(nodes, stats) if cfg.value == "children" else stats, cfg)
+    nodes = finalize_tree(nodes, stats)
+    adv = est(nodes, stats, cfg)
     return nodes.with_columns(pl.Series("advantage", adv, dtype=NODE_SCHEMA["advantage"], nan_to_null=True))
-
-
-def child_values(nodes: pl.DataFrame, st: SubtreeStats) -> SubtreeStats:
-    """``st`` with ``mean`` = each node's value as the mean of its children's values (a leaf: its
-    reward) and ``std`` = the population std of those children's values; nodes without a rewarded
-    leaf below stay NaN."""
-    n = len(st.ids)
-    value, std = np.full(n, np.nan), np.full(n, np.nan)
-    kids: list[list[int]] = [[] for _ in range(n)]
-    for k, p in enumerate(st.parent_row):
-        if p >= 0:
-            kids[int(p)].append(k)
-    depth = np.zeros(n, dtype=np.int64)  # from the parent links, not the stored column
-    for k in range(n):
-        cur, d = int(st.parent_row[k]), 0
-        while cur >= 0:
-            cur, d = int(st.parent_row[cur]), d + 1
-        depth[k] = d
-    rewards = nodes["reward"].to_list()
-    for k in np.argsort(-depth, kind="stable"):  # children before their parents
-        if not kids[k]:
-            if st.count[k] and rewards[k] is not None:
-                value[k], std[k] = float(rewards[k]), 0.0
-            continue
-        vals = [value[c] for c in kids[k] if not np.isnan(value[c])]
-        if vals:
-            value[k], std[k] = float(np.mean(vals)), float(np.std(vals))
-    return dataclasses.replace(st, mean=value, std=std)
 
 
 def _relative(st: SubtreeStats, k: int, anchor: int, cfg: AdvantageConfig) -> float:

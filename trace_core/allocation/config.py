@@ -32,14 +32,6 @@ class AllocationConfig(BaseModel):
         "refills priced alike, by what they cost), within [0.5, 2] x budget_tokens / that price; "
         "budget_total is iteration 0's. None: budget_total trajectories every iteration.",
     )
-    effective_batch: int | None = Field(
-        None, ge=1, le=100_000,
-        description="Size each iteration by what the update learns from: the trajectories with a non-zero "
-        "advantage it should get. Each iteration after the first buys effective_batch / the previous "
-        "iteration's effective ratio trajectories, within [budget_total / 4, budget_total] (budget_total is "
-        "iteration 0's and the cap): a strategy that wastes less buys a smaller batch for the same update "
-        "and takes more optimizer steps per generated token. None: budget_total every iteration.",
-    )
     root_share: float | None = Field(
         None, gt=0.0, le=1.0,
         description="Fraction of the budget spent on raw rollouts by strategies with an extension stage. "
@@ -47,7 +39,7 @@ class AllocationConfig(BaseModel):
         "fixed-split strategies (treepo, trace-root, trace-prefix) use 0.5.",
     )
     ext_reserve: float = Field(
-        0.25, ge=0.0, lt=1.0,
+        0.1, ge=0.0, lt=1.0,
         description="trace with root_share None: share of the budget held back from the first root wave "
         "at iteration 0 (later: what the previous iteration bought in continuations, x reserve_slack, "
         "between min_reserve and max_reserve); whatever the prefix stage does not buy goes to a second root wave.",
@@ -58,7 +50,7 @@ class AllocationConfig(BaseModel):
         "previous iteration bought times this (1.25 = 25% room for the prefix stage to buy more).",
     )
     max_reserve: float = Field(
-        0.5, ge=0.0, lt=1.0,
+        0.1, ge=0.0, lt=1.0,
         description="trace with root_share None: the largest reserve share (the first root wave keeps the rest).",
     )
     min_reserve: float = Field(
@@ -81,9 +73,9 @@ class AllocationConfig(BaseModel):
     group_size: int = Field(8, ge=1, le=4096, description="Rollouts per prompt of the uniform strategies (n).")
     max_per_prompt: int = Field(8, ge=1, le=4096, description="Largest m of TRACE root allocation (M).")
     min_active: int = Field(
-        2, ge=1, le=4096, description="Smallest non-zero m: one rollout alone has no contrast."
+        4, ge=1, le=4096, description="Smallest non-zero m: one rollout alone has no contrast."
     )
-    max_per_node: int = Field(8, ge=1, le=4096, description="Largest K continuations from one prefix.")
+    max_per_node: int = Field(4, ge=1, le=4096, description="Largest K continuations from one prefix.")
     treepo_branch: int = Field(
         2, ge=1, le=4096, description="Continuations per randomly chosen prefix (treepo, trace-root)."
     )
@@ -98,7 +90,7 @@ class AllocationConfig(BaseModel):
         "whole-episode trajectories) buys more short continuations than long ones.",
     )
     root_objective: Objective = Field(
-        "trajectories",
+        "groups",
         description="What TRACE root allocation maximises: 'groups' = expected contrastive groups "
         "(sum V_root(v, m)); 'trajectories' = expected trajectories in them (sum m V_root(v, m)), the "
         "rollouts with a non-zero advantage. Used by trace and trace-root.",
@@ -112,8 +104,6 @@ class AllocationConfig(BaseModel):
 
     @model_validator(mode="after")
     def _ranges(self) -> AllocationConfig:
-        if self.effective_batch is not None and self.budget_tokens is not None:
-            raise ValueError("set at most one of budget_tokens and effective_batch: both size the iteration")
         if self.max_per_prompt < self.min_active:
             raise ValueError(
                 f"max_per_prompt ({self.max_per_prompt}) must be >= min_active ({self.min_active})"

@@ -121,8 +121,6 @@ class UpdateConfig(BaseModel):
     lr: float = Field(3e-4, gt=0, le=1.0, description="AdamW learning rate (tiny model: 3e-4; 5e-5 barely moved it).")
     weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW decoupled weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
-    eps: float = Field(1e-8, gt=0, le=1.0, description="AdamW ε, added to the root of the second moment: a "
-                       "weight whose gradient is well below ε moves less than lr (1e-8: every weight moves ~lr).")
     warmup_steps: int = Field(0, ge=0, le=100_000, description="Linear LR warm-up in optimizer steps.")
     clip_eps: float = Field(0.2, gt=0, le=1.0, description="PPO clip range ε (lower side).")
     clip_eps_high: float | None = Field(None, gt=0, le=1.0, description="Upper clip (DAPO clip-higher); None = clip_eps.")

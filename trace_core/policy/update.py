@@ -83,9 +83,9 @@ def build_sequences(nodes: pl.DataFrame, chat: Any, messages_by_prompt: Mapping[
 
 
 def make_optimizer(model: torch.nn.Module, cfg: UpdateConfig) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW over trainable parameters and a linear warm-up then constant LR schedule."""
+    """AdamW (ε 1e-8) over trainable parameters and a linear warm-up then constant LR schedule."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=1e-8, weight_decay=cfg.weight_decay)
     warm = cfg.warmup_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     return opt, sched

@@ -68,7 +68,7 @@ from trace_core.stages.results import (
     Verified,
 )
 from trace_core.stages.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed
-from trace_core.stages.spending import previous_continuations, previous_effective_ratio, spent_tokens
+from trace_core.stages.spending import previous_continuations, spent_tokens
 from trace_core.utility import prefix_utility, root_utility
 
 
@@ -145,8 +145,6 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     budget = cfg.allocation.budget_total
     if cfg.allocation.budget_tokens is not None:
         budget = iteration_budget(cfg.allocation, iteration, *spent_tokens(ref, iteration))
-    elif cfg.allocation.effective_batch is not None:
-        budget = iteration_budget(cfg.allocation, iteration, 0, None, previous_effective_ratio(ref, iteration))
     alloc = cfg.allocation.model_copy(update={"budget_total": budget})
     plan = plan_roots(v, alloc, rng, previous_continuations=previous_continuations(ref, iteration),
                       strata=stratum_labels(cfg.allocation.stratify, [t.family for t in tasks], [t.difficulty for t in tasks]))

@@ -34,18 +34,3 @@ def spent_tokens(ref: RunRef, iteration: int) -> tuple[int, float | None]:
         total += tokens
         price = tokens / trajectories if trajectories else None
     return total, price
-
-
-def previous_effective_ratio(ref: RunRef, iteration: int) -> float | None:
-    """The previous iteration's effective ratio as it recorded it (None at iteration 0 or when its
-    row is gone): ``allocation.effective_batch`` sizes the next batch from it."""
-    if iteration == 0:
-        return None
-    path = shard_path(ref.home, "iterations", ref.run_id, "final", iteration - 1)
-    if not path.is_file():
-        return None
-    row = read_shard(path)
-    if row.height == 0 or "effective_ratio" not in row.columns or row["effective_ratio"][0] is None:
-        return None
-    ratio = float(row["effective_ratio"][0])
-    return ratio if ratio > 0 else None
