@@ -280,7 +280,7 @@ def _tokens(text: str) -> str:
 
 
 def _learning_table(path: Path) -> str:
-    """learning.csv as benchmarks/learning_report.py writes it: accuracy at fractions of the
+    """learning.csv as benchmarks/learning/learning_report.py writes it: accuracy at fractions of the
     baseline's tokens, gain, paired difference to the baseline, time to the baseline's final."""
     rows = _read_csv(path)
     fracs = [c[len("acc@"):] for c in rows[0] if c.startswith("acc@") and not c.endswith("_ci")]
@@ -341,7 +341,7 @@ RESULT_SECTIONS: list[tuple[str, str, Callable[[Path], str], str, str]] = [
      "(70.9%) in 0.50× its tokens and 0.44× its seconds."),
     ("The stored curves (3 seeds, evaluated after 0, 5 and 10 iterations)", "learning-tiny/learning.csv",
      _learning_table,
-     "`benchmarks/learning_report.py --home H --out docs/results/learning-tiny` over a home holding the GRPO "
+     "`benchmarks/learning/learning_report.py --home H --out docs/results/learning-tiny` over a home holding the GRPO "
      "runs and the breadth TRACE runs of seeds 0–2; accuracy at fractions of GRPO's total tokens "
      "(`learning_curves.csv` beside it holds every evaluation).",
      "![learning curves](results/learning-tiny/learning_tokens.png)\n\n"

@@ -1,6 +1,6 @@
 """Re-score a home's checkpoints on their runs' own held-out pool at another sampling temperature.
 
-    PYTHONPATH=. python benchmarks/eval_temperature.py --home H --runs cv-grpo-s0,cv-trace-s0 \
+    PYTHONPATH=. python benchmarks/learning/eval_temperature.py --home H --runs cv-grpo-s0,cv-trace-s0 \
         --iterations 5,10 --temperature 0.6
 
 Held-out accuracy at temperature 1 (what the flow logs) mixes two things: what the policy learned

@@ -1,7 +1,7 @@
 """Plain GRPO on synthetic math from the shipped warm start: held-out accuracy before / after.
 
-    PYTHONPATH=. python benchmarks/learning_curve.py                 # 20 iterations, 64 prompts x 8
-    PYTHONPATH=. python benchmarks/learning_curve.py --smoke         # 2 tiny iterations (checks it runs)
+    PYTHONPATH=. python benchmarks/learning/learning_curve.py                 # 20 iterations, 64 prompts x 8
+    PYTHONPATH=. python benchmarks/learning/learning_curve.py --smoke         # 2 tiny iterations (checks it runs)
 
 Each iteration: sample ``--prompts`` fresh math prompts (difficulties 0..3) -> ``--n`` rollouts
 each with the HF engine -> GRPO advantages (r − mean over the prompt's rollouts) -> one clipped

@@ -2,7 +2,7 @@
 pairing runs across comparisons by their run seed (the `runs` table), e.g. a 3-seed benchmark run as
 two `compare` calls:
 
-    PYTHONPATH=. python benchmarks/learning_report.py --home H --prefix learn --out docs/results/learning-tiny
+    PYTHONPATH=. python benchmarks/learning/learning_report.py --home H --prefix learn --out docs/results/learning-tiny
 
 Prints the markdown table (accuracy at equal tokens with 95% CIs over seeds, paired difference to
 GRPO, time-to-accuracy) and the per-family accuracy at the last checkpoint; writes the plots and

@@ -3,7 +3,7 @@
 ``HOME:PREFIX`` to one label: seeds run as separate comparisons); every variant is paired with the
 first (the baseline) by run seed:
 
-    PYTHONPATH=. python benchmarks/learning_variants.py grpo=/tmp/lb:lb-grpo \\
+    PYTHONPATH=. python benchmarks/learning/learning_variants.py grpo=/tmp/lb:lb-grpo \\
         trace=/tmp/lb:lb-trace "trace stratified=/tmp/lbs:lbs-trace" --tokens 49000,99000,148000,198000
 
 Prints one markdown row per variant: seeds, held-out accuracy at each checkpoint (mean ± 95% CI over

@@ -21,8 +21,8 @@ Sources:
 ``--cell-prior FILE`` (Parquet or CSV: task, difficulty, n_success, n_total) is handed to every fit
 as the held-out evaluation measured before training.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/predictor_goal.py --iterations 5
-    PYTHONPATH=. .venv/bin/python benchmarks/predictor_goal.py --run-dir HOME --iterations 7
+    PYTHONPATH=. .venv/bin/python benchmarks/learning/predictor_goal.py --iterations 5
+    PYTHONPATH=. .venv/bin/python benchmarks/learning/predictor_goal.py --run-dir HOME --iterations 7
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each prediction (made before its outcome: roots in stage 2, prefixes in stage 4)
 its individual 0/1 outcomes (outcome rate x weight) and scored with ROC AUC and ECE (10 bins),
 pooled over the iterations from ``--from-iteration`` and per iteration, per strategy and kind.
 
-    python benchmarks/predictor_scores.py --home H --run-prefix full-
+    python benchmarks/learning/predictor_scores.py --home H --run-prefix full-
 """
 
 from __future__ import annotations

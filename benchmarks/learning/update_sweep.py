@@ -1,7 +1,7 @@
 """Update settings against held-out accuracy: plain GRPO on fresh synthetic prompts, no Prefect/MLflow.
 
-    PYTHONPATH=. python benchmarks/update_sweep.py --prompts 96 --mb 1000 --iters 15 --eval-every 5
-    PYTHONPATH=. python benchmarks/update_sweep.py --iters 1 --prompts 4 --eval-per-cell 1 --eval-n 1 --eval-every 1  # smoke
+    PYTHONPATH=. python benchmarks/learning/update_sweep.py --prompts 96 --mb 1000 --iters 15 --eval-every 5
+    PYTHONPATH=. python benchmarks/learning/update_sweep.py --iters 1 --prompts 4 --eval-per-cell 1 --eval-n 1 --eval-every 1  # smoke
 
 Each iteration: ``--prompts`` fresh prompts (all families, difficulties 0-3) x ``--n`` rollouts with
 the HF engine, GRPO advantages (``--adv``: or their positive part, the reward alone = fine-tuning on

@@ -1,7 +1,7 @@
 """Agreement of the project's verifiers with their field's references, per category.
 
     scripts/fetch-bfcl-eval.sh /tmp/bfcl-eval
-    python benchmarks/verifier_agreement.py --bfcl-dir /tmp/bfcl-eval [--seed 0] [--skip-math]
+    python benchmarks/learning/verifier_agreement.py --bfcl-dir /tmp/bfcl-eval [--seed 0] [--skip-math]
 
 * Function calling: BFCL's own AST checker (``bfcl_eval/eval_checker/ast_eval/ast_checker.py`` of
   the unpacked ``bfcl-eval`` wheel) and ``trace_core.envs.fc.check.ast_match`` on the same calls —
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.envs.bfcl_reference import agreement, load_reference, reference_dir  # noqa: E402
 from tests.envs.math_cases import CASES, math_verify_accepts  # noqa: E402

@@ -1,6 +1,6 @@
 """Allocation solver speed: prints figures (no asserts).
 
-    PYTHONPATH=. python benchmarks/bench_allocation.py [--prompts 1000000] [--nodes 10000000]
+    PYTHONPATH=. python benchmarks/speed/bench_allocation.py [--prompts 1000000] [--nodes 10000000]
 
 * Root allocation of N prompts (M=8, B=3N) as a ratio to ``np.sort`` of the N*M marginal
   gains in the same run (goal <= 2).

@@ -1,6 +1,6 @@
 """HF engine throughput, and K continuations from one prefix vs re-encoding it per sample.
 
-    PYTHONPATH=. python benchmarks/bench_engine.py [--model DIR] [--k 8] [--prefix-tokens 400]
+    PYTHONPATH=. python benchmarks/speed/bench_engine.py [--model DIR] [--k 8] [--prefix-tokens 400]
 
 Figures (printed, not asserted):
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for _policy
 from _policy import bench_policy  # noqa: E402
 
 from trace_core.engines.base import GenRequest  # noqa: E402

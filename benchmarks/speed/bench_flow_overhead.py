@@ -2,7 +2,7 @@
 update, predictor, shard writes inside the tasks) against orchestration + tracking overhead
 (Prefect task runs, result persistence, MLflow logging, UI artifacts). Goal: overhead <= 5%.
 
-    PYTHONPATH=. python benchmarks/bench_flow_overhead.py [--iterations 3] [--set key=value ...]
+    PYTHONPATH=. python benchmarks/speed/bench_flow_overhead.py [--iterations 3] [--set key=value ...]
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:

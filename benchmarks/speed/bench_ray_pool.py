@@ -1,6 +1,6 @@
 """Rollout tokens/s on the Ray rollout pool: 2 one-thread HF workers vs 1, and Ray's overhead.
 
-    PYTHONPATH=. python benchmarks/bench_ray_pool.py [--config configs/tiny.yaml] [--prompts 24] [--m 8]
+    PYTHONPATH=. python benchmarks/speed/bench_ray_pool.py [--config configs/tiny.yaml] [--prompts 24] [--m 8]
 
 The batch is the main job's raw-rollout stage: ``--prompts`` prompts of iteration 0's candidate
 pool x ``--m`` multi-turn episodes each, the config's sampling and limits. Measured, each
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 

@@ -1,6 +1,6 @@
 """SFT throughput of the tiny policy on real demonstration batches (figures printed, not asserted).
 
-    PYTHONPATH=. python benchmarks/bench_sft.py [--steps 5] [--threads 1 2] [--sizes tiny proto]
+    PYTHONPATH=. python benchmarks/speed/bench_sft.py [--steps 5] [--threads 1 2] [--sizes tiny proto]
 
 For each (model size, threads, bf16 autocast on/off, bucketed / unsorted batches) it runs a few
 optimizer steps of the real warm-up loop pieces and prints tokens/s (non-padding tokens) and the

@@ -1,6 +1,6 @@
 """Policy-update throughput: trajectories (samples) per second through the clipped-surrogate step.
 
-    PYTHONPATH=. python benchmarks/bench_update.py [--model DIR] [--batch 64] [--bf16]
+    PYTHONPATH=. python benchmarks/speed/bench_update.py [--model DIR] [--batch 64] [--bf16]
         [--chunk 256] [--grad-ckpt] [--kl 0.05] [--strategy fsdp|ddp --world-size 2]
 
 The batch is real: ``--prompts`` math prompts x ``--n`` sampled episodes from the policy
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for _policy
 from _policy import bench_policy  # noqa: E402
 
 from trace_core.advantages.config import AdvantageConfig  # noqa: E402

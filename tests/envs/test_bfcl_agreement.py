@@ -2,7 +2,7 @@
 
 Needs the unpacked ``bfcl-eval`` wheel: ``scripts/fetch-bfcl-eval.sh`` (default folder
 ``~/.cache/trace-rl/bfcl-eval``, or ``TRACE_BFCL_EVAL_DIR``). Per-category figures:
-``python benchmarks/verifier_agreement.py``.
+``python benchmarks/learning/verifier_agreement.py``.
 """
 
 import json

@@ -13,7 +13,7 @@ the KV cache reserves room for ``max_new_tokens`` at prefill and writes each new
 (``_ReservedLayer``; transformers' ``DynamicLayer`` copies every row's whole cache, per layer, at
 every step), and the per-row ``torch.multinomial`` calls are one batched ``argmax(p / q)`` over the
 same ``Exp(1)`` draws. K = 8 continuations x 24 tokens of a 400-token prefix went from 2.8x to 3.1x
-faster than re-encoding the prefix per sample (CPU time, ``benchmarks/bench_engine.py``); what is
+faster than re-encoding the prefix per sample (CPU time, ``benchmarks/speed/bench_engine.py``); what is
 left of a decode step is the model's own forward (~1 ms of module overhead plus attention over
 the prefix, which every row reads in full).
 

@@ -11,7 +11,7 @@ exact rationals within a relative 1e-6. Everything else (roots, pi, intervals, e
 compared as a normalised string (latex noise and spaces removed, ``\\sqrt3`` -> ``\\sqrt{3}``).
 
 ``math-verify`` is not used at run time, and this was decided by measurement
-(``benchmarks/verifier_agreement.py --math``; cases in ``tests/envs/math_cases.py``). It accepts
+(``benchmarks/learning/verifier_agreement.py --math``; cases in ``tests/envs/math_cases.py``). It accepts
 more equivalent symbolic forms (``\\sqrt{8}`` = ``2\\sqrt{2}``), but (1) its plain-expression
 path hands text to sympy's string parser, which runs Python's eval on generated code (input
 restricted to digits and operators, still an eval path); (2) its only time bound is ``signal.alarm`` — whole seconds,
