@@ -1,6 +1,8 @@
-"""Node-store benchmark: Parquet ingest rate and the wasted-rollout query over many nodes.
+"""Node-store benchmark: ingest rate, every named query cold and warm, the catalogue's open time
+and peak memory, over many generated nodes on disk (a temp dir, deleted after).
 
     PYTHONPATH=. python benchmarks/bench_store.py --nodes 10_000_000
+    PYTHONPATH=. python benchmarks/bench_store.py --nodes 100_000_000 --tmp /tmp
 
 Synthetic trees, one shard per iteration: every prompt has a root, 8 raw rollouts of 3 turns
 and 2 continuations of 2 turns from the first rollout's first turn (29 nodes). Rewards are drawn
@@ -8,9 +10,13 @@ per prompt from Bernoulli(p_prompt), so groups are a mix of zero-contrast and mi
 columns come from a small vocabulary; the token-id / logprob list columns are left null (the
 figure is for the node table's scalar columns).
 Every node carries its trajectory's anchor columns, as the flow's final shards do. Ids are short
-decimal strings (the flow's are 16 hex digits). Goals (issue 15): ingest >= 2M rows/s; every
-named wasted-rollout query < 1 s over 10M nodes, cold (shards evicted from the page cache, fresh
-DuckDB) and warm.
+decimal strings (the flow's are 16 hex digits). One iteration holds ~100k nodes by default (a
+production iteration: 512 prompts x 16 rollouts x ~10 turns = ~80k), so 100M nodes are 1,000
+iterations; each writes its node shard with its group summary (ShardWriter), its prompts,
+predictions (one per root) and iteration row.
+Goals: ingest >= 4M rows/s at 10M nodes; every named query < 1 s cold at 10M nodes and < 3 s at
+100M (cold: shards evicted from the page cache, fresh DuckDB; warm: best of --repeats); the
+catalogue file opens in < 1 s at 100M. Every figure is printed with the load average beside it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -25,10 +33,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from trace_core.home.queries import load_query, run_named_query
+from trace_core.home.groups import group_rows
+from trace_core.home.queries import list_queries, load_query, run_named_query
 from trace_core.home.shards import ShardWriter
 from trace_core.nodes import NODE_SCHEMA
-from trace_core.store import connect
+from trace_core.store import catalog_path, connect, ensure_catalog, open_catalog
 
 RAW, TURNS, EXT, EXT_TURNS = 8, 3, 2, 2
 PER_PROMPT = 1 + RAW * TURNS + EXT * EXT_TURNS  # 29 nodes
@@ -112,15 +121,24 @@ def synth_nodes(n_prompts: int, iteration: int, run_id: str, rng: np.random.Gene
         "v_pred", "advantage", "tool_errors", "gen_seconds")).select(list(NODE_SCHEMA))
 
 
-WASTED = ("wasted_by_iteration", "wasted_by_task", "wasted_by_depth", "wasted_by_difficulty", "top_wasted_prompts",
-          "effective_ratio_by_strategy", "budget_by_depth")
 CAVEAT = ("figures from a shared machine: other processes compete for the same cores, so times vary from run "
           "to run; compare figures taken minutes apart on the same machine only")
 
 
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"[load {one:.1f}/{five:.1f} on {os.cpu_count()} cpus]"
+
+
+def peak_rss() -> str:
+    return f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+
+
 def evict(home: Path) -> None:
     """Drop the shards from the OS page cache (POSIX_FADV_DONTNEED): the next query reads from disk."""
-    for p in (home / "shards").rglob("*.parquet"):
+    for p in [*(home / "shards").rglob("*.parquet"), catalog_path(home)]:
+        if not p.is_file():
+            continue
         fd = os.open(p, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -129,20 +147,53 @@ def evict(home: Path) -> None:
             os.close(fd)
 
 
+def side_tables(nodes: pl.DataFrame, iteration: int) -> dict[str, pl.DataFrame]:
+    """The iteration's prompts (one per root), predictions (one per root) and iteration row."""
+    roots = nodes.filter(pl.col("depth") == 0)
+    leaves = nodes.filter(pl.col("is_leaf") & (pl.col("origin") == "raw"))
+    counts = leaves.group_by("prompt_id").agg(pl.col("reward").sum().cast(pl.Int32).alias("n_success"),
+                                              pl.len().cast(pl.Int32).alias("n_total"))
+    prompts = roots.select("strategy", "iteration", "prompt_id", "task", "difficulty", "v_pred",
+                           pl.lit(RAW, pl.Int32).alias("m_alloc")).join(counts, on="prompt_id", how="left")
+    predictions = prompts.select("strategy", "iteration", pl.col("prompt_id").alias("node_id"), "prompt_id", "task",
+                                 pl.lit("root").alias("kind"), "v_pred",
+                                 (pl.col("n_success") / pl.col("n_total")).alias("outcome"),
+                                 pl.col("n_total").cast(pl.Float32).alias("weight"))
+    row = pl.DataFrame({"strategy": ["trace"], "iteration": [iteration], "budget_asked": [leaves.height],
+                        "budget_used": [leaves.height], "tokens": [int(nodes["new_tokens"].sum())]})
+    return {"prompts": prompts, "predictions": predictions, "iterations": row}
+
+
 def ingest(home: Path, n_nodes: int, iterations: int) -> int:
     rng = np.random.default_rng(0)
     per_iter = max(1, n_nodes // iterations // PER_PROMPT)
     writer = ShardWriter(home, "bench")
-    rows, write_s = 0, 0.0
+    rows = groups = 0
+    node_s = side_s = summary_s = 0.0
     for it in range(iterations):
         frame = synth_nodes(per_iter, it, "bench", rng)
+        if it == 0:  # the summary's share of a node write, measured once on its own
+            t0 = time.perf_counter()
+            groups_per_iter = group_rows(frame).height
+            summary_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        writer.write("nodes", frame, iteration=it, stage="final")
-        write_s += time.perf_counter() - t0
+        writer.write("nodes", frame, iteration=it, stage="final")  # + the partition's group summary
+        t1 = time.perf_counter()
+        for table, rows_ in side_tables(frame, it).items():
+            writer.write(table, rows_, iteration=it, stage="final")
+        side_s += time.perf_counter() - t1
+        node_s += t1 - t0
         rows += frame.height
+        groups += groups_per_iter
     size = sum(p.stat().st_size for p in (home / "shards" / "nodes").rglob("*.parquet"))
-    print(f"ingest: {rows:,} nodes in {iterations} shards, {write_s:.2f} s -> {rows / write_s / 1e6:.2f} M rows/s "
-          f"({size / 2**20:.0f} MiB Parquet, ShardWriter: temp file, fsync, rename, fsync of the directory)")
+    gsize = sum(p.stat().st_size for p in (home / "shards" / "trajectory_groups").rglob("*.parquet"))
+    print(f"ingest: {rows:,} nodes in {iterations} iterations ({per_iter * PER_PROMPT:,} nodes each), "
+          f"{node_s:.1f} s -> {rows / node_s / 1e6:.2f} M node rows/s {load()}")
+    print(f"  each iteration: node shard + its group summary (~{groups_per_iter:,} groups, computed in "
+          f"{summary_s:.3f} s of {node_s / iterations:.3f} s), through ShardWriter (temp file, fsync, rename); "
+          f"prompts / predictions / iteration rows {side_s:.1f} s more")
+    print(f"  on disk: nodes {size / 2**20:,.0f} MiB, group summaries {gsize / 2**20:,.0f} MiB ({groups:,} rows); "
+          f"{peak_rss()}")
     return rows
 
 
@@ -152,28 +203,93 @@ def timed(home: Path, name: str) -> tuple[float, int]:
     return time.perf_counter() - t0, out.height
 
 
-def bench(home: Path, n_nodes: int, iterations: int, repeats: int) -> None:
-    rows = ingest(home, n_nodes, iterations)
-    print(f"{CAVEAT}; load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
-    slowest, worst = None, 0.0
-    for name in WASTED:
+def catalogue_open(home: Path, repeats: int) -> None:
+    """The catalogue file: built once (its first open), then opened read-only as an analyst does
+    (``duckdb -readonly DIR/trace.duckdb``), cold and warm, with a first query on it."""
+    catalog_path(home).unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    ensure_catalog(home)
+    built = time.perf_counter() - t0
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        with open_catalog(home) as con:
+            con.execute("SELECT count(*) FROM runs").fetchall()
+        return time.perf_counter() - t0
+
+    evict(home)
+    cold = once()
+    warm = min(once() for _ in range(repeats))
+    t0 = time.perf_counter()
+    connect(home).close()  # what every Python query pays: schema shards, summaries checked, views
+    conn = time.perf_counter() - t0
+    print(f"catalogue: built {built:.3f} s; opened read-only + first query cold {cold:.3f} s, warm {warm:.3f} s; "
+          f"Python connect {conn:.3f} s {load()}")
+
+
+def queries(home: Path, rows: int, repeats: int) -> str:
+    slowest, worst = "", 0.0
+    for name in list_queries():
         evict(home)
         cold, n = timed(home, name)
         warm = min(timed(home, name)[0] for _ in range(repeats))
-        print(f"query {name:28s} cold {cold:6.3f} s  warm {warm:6.3f} s  ({rows:,} nodes -> {n} rows)")
+        print(f"query {name:34s} cold {cold:6.3f} s  warm {warm:6.3f} s  ({rows:,} nodes -> {n} rows) {load()}")
         if max(cold, warm) > worst:
             slowest, worst = name, max(cold, warm)
+    print(f"after the queries: {peak_rss()}")
+    return slowest
+
+
+def pruning(home: Path, iterations: int) -> None:
+    """EXPLAIN ANALYZE: files skipped by the hive path (Python views), row groups by statistics
+    (the catalogue file reads without hive partitioning), in the sorted group summaries too."""
+    it = iterations // 2
+    checks = [
+        ("Python views, nodes of one iteration (hive path)", connect,
+         f"SELECT count(*) FROM nodes WHERE run_id = 'bench' AND iteration = {it}"),
+        ("catalogue file, nodes of one iteration (row-group statistics)", open_catalog,
+         f"SELECT count(*) FROM nodes WHERE run_id = 'bench' AND iteration = {it}"),
+        ("catalogue file, groups of one task at depth > 0 (sorted summaries)", open_catalog,
+         "SELECT count(*) FROM trajectory_groups WHERE task = 'qa' AND anchor_depth > 0"),
+    ]
+    for what, opener, sql in checks:
+        with opener(home) as con:
+            t0 = time.perf_counter()
+            profile = json.loads(con.execute("EXPLAIN (ANALYZE, FORMAT json) " + sql).fetchall()[0][1])
+            took = time.perf_counter() - t0
+        q = profile.get("query", {})
+        files = [op["extra_info"].get("Total Files Read") for op in _operators(profile)
+                 if op.get("type") == "TABLE_SCAN" and op.get("rows_scanned")]
+        print(f"pruning: {what}: {took:.3f} s; row groups scanned {q.get('total_row_groups_scanned')} of "
+              f"{q.get('total_row_groups_to_scan')}, {q.get('total_rows_scanned', 0):,} rows, "
+              f"files read {'+'.join(map(str, files))}\n    {sql}")
+    with connect(home) as con:
+        meta = con.execute("SELECT row_group_id, stats_min_value, stats_max_value FROM parquet_metadata("
+                           f"'{home}/shards/trajectory_groups/run_id=bench/iteration={it:05d}/summary.parquet') "
+                           "WHERE path_in_schema = 'task' ORDER BY 1").fetchall()
+    print(f"  group summary of iteration {it}: {len(meta)} row groups, task min/max per row group: "
+          + ", ".join(f"{lo}..{hi}" for _, lo, hi in meta[:8]))
+
+
+def _operators(node: dict):
+    for child in node.get("operator", node.get("children", [])):
+        yield child
+        yield from _operators(child)
+
+
+def bench(home: Path, n_nodes: int, iterations: int, repeats: int) -> None:
+    print(f"{CAVEAT}; {load()}")
+    rows = ingest(home, n_nodes, iterations)
+    catalogue_open(home, repeats)
+    slowest = queries(home, rows, repeats)
     with connect(home) as con:
         plan = con.execute("EXPLAIN (ANALYZE, FORMAT json) " + load_query(slowest), {"run_id": "bench"}).fetchall()
+        profile = json.loads(plan[0][1])
         print(f"\nEXPLAIN ANALYZE of the slowest, {slowest} (warm; operator, rows out, CPU seconds summed over "
-              f"threads):")
-        print_plan(json.loads(plan[0][1]))
-        it = iterations // 2
-        print(f"\npruning: EXPLAIN ANALYZE SELECT count(*) FROM nodes WHERE run_id = 'bench' AND iteration = {it}")
-        plan = con.execute(f"EXPLAIN ANALYZE SELECT count(*) FROM nodes WHERE run_id = 'bench' AND iteration = {it}")
-        print("\n".join(line.strip(" │") for line in plan.fetchall()[0][1].splitlines()
-                        if "Files" in line or "Filters:" in line))
-    print(run_named_query(home, "wasted_by_iteration", run_id="bench").head(3))
+              f"threads; DuckDB peak buffer memory {profile['system']['peak_buffer_memory'] / 2**20:.0f} MiB):")
+        print_plan(profile)
+    print()
+    pruning(home, iterations)
 
 
 def print_plan(node: dict, depth: int = 0) -> None:
@@ -184,8 +300,8 @@ def print_plan(node: dict, depth: int = 0) -> None:
             info = child.get("extra_info", {})
             what = {k: info[k] for k in ("Groups", "Aggregates", "Join Type", "Conditions", "Filters",
                                          "Total Files Read") if k in info}
-            print(f"{'  ' * depth}{name:<16} {child.get('intermediate_rows', 0):>11,} rows {child.get('timing', 0):7.3f} s"
-                  f"  {json.dumps(what)[:150] if what else ''}")
+            print(f"{'  ' * depth}{name:<16} {child.get('intermediate_rows', 0):>11,} rows "
+                  f"{child.get('timing', 0):7.3f} s  {json.dumps(what)[:150] if what else ''}")
             print_plan(child, depth + 1)
         else:
             print_plan(child, depth)
@@ -194,16 +310,21 @@ def print_plan(node: dict, depth: int = 0) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=lambda s: int(s.replace("_", "")), default=10_000_000)
-    ap.add_argument("--iterations", type=int, default=10, help="shards (one per iteration)")
+    ap.add_argument("--iterations", type=int, default=None,
+                    help="iterations, one node shard each (default: one per ~100k nodes)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--home", type=Path, default=None, help="store directory (default: a temp dir)")
+    ap.add_argument("--home", type=Path, default=None, help="store directory, kept (default: a temp dir, deleted)")
+    ap.add_argument("--tmp", type=Path, default=None, help="where the temp dir goes (default: the system's)")
     args = ap.parse_args()
-    print(f"cpus: {os.cpu_count()}")
+    iterations = args.iterations or max(1, round(args.nodes / 100_000))
     if args.home is not None:
-        bench(args.home, args.nodes, args.iterations, args.repeats)
+        bench(args.home, args.nodes, iterations, args.repeats)
         return
-    with tempfile.TemporaryDirectory(prefix="bench_store_") as tmp:
-        bench(Path(tmp), args.nodes, args.iterations, args.repeats)
+    tmp = Path(tempfile.mkdtemp(prefix="bench_store_", dir=args.tmp))
+    try:
+        bench(tmp, args.nodes, iterations, args.repeats)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import polars as pl
 
 from trace_core.home.layout import (
     GROUP_SCHEMA,
+    ROW_GROUP_ROWS,
     SCHEMA_SHARD,
     SORT_KEYS,
     CorruptShard,
@@ -190,7 +191,7 @@ def summarise_partition(home_dir: str | Path, part: Path, frame: pl.DataFrame | 
         rest = read_partition(files, skip=written if frame is not None else None)
         mine = None if frame is None else frame.select([c for c in NODE_COLUMNS if c in frame.columns])
         whole = rest if mine is None else pl.concat([mine, rest], how="diagonal_relaxed") if rest.height else mine
-        write_parquet_atomic(group_rows(whole), target)
+        write_parquet_atomic(group_rows(whole), target, row_group_size=ROW_GROUP_ROWS["trajectory_groups"])
         if _changed(part) == seen:
             return target
         frame = written = None  # changed meanwhile: read everything again

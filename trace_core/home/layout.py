@@ -141,6 +141,9 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
 SORT_KEYS: dict[str, tuple[str, ...]] = {
     "trajectory_groups": ("task", "anchor_depth", "difficulty", "prompt_id", "anchor_id"),
 }
+#: rows per row group of a sorted table's shards: small enough that a task or depth filter skips
+#: most of an iteration's row groups (~1 task, 1-2 depths each), large enough to scan at full speed
+ROW_GROUP_ROWS: dict[str, int] = {"trajectory_groups": 1024}
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 SCHEMA_SHARD = "_schema.parquet"
@@ -216,7 +219,7 @@ def shard_url(home: str, table: str, run_id: str, stage: str, iteration: int | N
     return f"{home.rstrip('/')}/{shard_relpath(table, run_id, stage, iteration)}"
 
 
-def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> Path:
+def write_parquet_atomic(frame: pl.DataFrame, path: Path, row_group_size: int | None = None) -> Path:
     """Write ``frame`` to ``path`` so that readers see the old file, or the whole new one.
 
     Temporary file in the same directory (``os.replace`` is atomic only within a filesystem),
@@ -230,7 +233,7 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> Path:
     try:
         with os.fdopen(fd, "wb") as fh:
             frame.write_parquet(fh, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL,
-                               statistics=STATISTICS)
+                               statistics=STATISTICS, row_group_size=row_group_size)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

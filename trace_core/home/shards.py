@@ -24,6 +24,7 @@ from trace_core.home.groups import (
 from trace_core.home.layout import (
     COMPRESSION,
     COMPRESSION_LEVEL,
+    ROW_GROUP_ROWS,
     SCHEMA_SHARD,
     STATISTICS,
     TABLES,
@@ -126,7 +127,8 @@ def _summarise_remote(home: str, frame: pl.DataFrame, written: str, run_id: str,
     whole = pl.concat([f.select([c for c in NODE_COLUMNS if c in f.columns]) for f in [frame, *others]],
                       how="diagonal_relaxed")
     objstore.put_parquet(group_rows(whole), shard_url(home, "trajectory_groups", run_id, SUMMARY_STAGE, iteration),
-                         compression=COMPRESSION, compression_level=COMPRESSION_LEVEL, statistics=STATISTICS)
+                         compression=COMPRESSION, compression_level=COMPRESSION_LEVEL, statistics=STATISTICS,
+                         row_group_size=ROW_GROUP_ROWS["trajectory_groups"])
 
 
 def _lacks_anchors(frame: pl.DataFrame) -> bool:
