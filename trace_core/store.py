@@ -83,7 +83,7 @@ def schema_sql(home_dir: str | Path | None = None, exclude: Collection[Path] = (
 _TABLE_VIEW = re.compile(
     r"SELECT \* FROM read_parquet\('(?P<dir>[^']*/shards/(?P<table>\w+))/_schema\.parquet'\)\s*"
     r"UNION ALL BY NAME\s*SELECT \* FROM read_parquet\('(?P=dir)/[^']*\.parquet', hive_partitioning = true,"
-    r"\s*hive_types = \{[^}]*\}, union_by_name = true, allow_empty = true\)")
+    r"\s*hive_types = \{[^}]*\}, allow_empty = true\)")
 
 
 def catalog_sql(home_dir: str | Path) -> str:
@@ -94,7 +94,7 @@ def catalog_sql(home_dir: str | Path) -> str:
     skip the other runs' files before reading them."""
     guard = _home_guard(home_dir)
     text, n = _TABLE_VIEW.subn(lambda m: f"SELECT * FROM read_parquet('{m['dir']}/**/*.parquet', "
-                                         f"hive_partitioning = false, union_by_name = true) WHERE {guard}",
+                                         f"hive_partitioning = false) WHERE {guard}",
                                schema_sql(home_dir))
     if n != len(TABLES):
         raise RuntimeError(f"sql/schema.sql: {n} table views in the expected form, {len(TABLES)} tables")

@@ -144,3 +144,15 @@ def test_summary_follows_its_node_shards(home, tmp_path):
     assert stale_partitions(h) == [table_dir(h, "nodes") / "run_id=r1" / "iteration=00000"]
     assert queries.run_named_query(h, "wasted_by_depth", run_id="r1").equals(before)
     assert stale_partitions(h) == []
+
+
+def test_shards_older_than_the_declared_columns_are_upgraded_once(home, tmp_path):
+    """The views read every shard by one shard's columns: a home whose shards predate a column
+    (its schema shard stale) has them rewritten with the column null when it is opened."""
+    old = tmp_path / "cols"
+    shutil.copytree(home, old)
+    for f in table_dir(old, "nodes").rglob("*.parquet"):
+        pl.read_parquet(f).drop("gen_seconds", "answered").write_parquet(f)
+    expected = query(home, "SELECT * FROM nodes ORDER BY node_id")
+    assert query(old, "SELECT * FROM nodes ORDER BY node_id").equals(expected)
+    assert all("gen_seconds" in pl.read_parquet_schema(f) for f in table_dir(old, "nodes").rglob("*.parquet"))

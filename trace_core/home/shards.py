@@ -8,6 +8,7 @@ these files lives in ``trace_core.store``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from pathlib import Path
 
@@ -40,6 +41,8 @@ from trace_core.home.layout import (
 from trace_core.home.migrate import migrate_layout
 from trace_core.nodes import with_anchors
 
+log = logging.getLogger(__name__)
+
 
 def conform(frame: pl.DataFrame, table: str) -> pl.DataFrame:
     """``frame`` with exactly the table's columns, order and dtypes (missing columns -> null).
@@ -71,8 +74,30 @@ def ensure_schema_shards(home_dir: str | Path, skip: Collection[Path] = ()) -> N
     for table, schema in TABLES.items():
         path = table_dir(home_dir, table) / SCHEMA_SHARD
         if not path.exists() or _schema_of(path) != schema:
+            upgrade_shards(home_dir, table)  # first: a crash in between redoes it at the next open
             write_parquet_atomic(pl.DataFrame(schema=schema), path)
     backfill_groups(home_dir, skip)
+
+
+def upgrade_shards(home_dir: str | Path, table: str) -> int:
+    """Rewrite ``table``'s data shards that lack some of its declared columns (written before
+    they were declared) with exactly the declared columns, the new ones null: the views read
+    every shard by the first one's columns. Runs when the table's schema shard is missing or
+    stale, so once per change of the columns. A shard holding columns beyond the declared ones
+    (a newer writer's) or one that does not open is left as it is. Returns the shards rewritten."""
+    schema, done = table_schema(table), 0
+    for path in table_shards(home_dir, table):
+        if path.name == SCHEMA_SHARD or (have := _schema_of(path)) is None or have == schema:
+            continue
+        if set(have) - set(schema):
+            log.warning("shard %s holds columns %s this version does not declare: left as it is", path,
+                        sorted(set(have) - set(schema)))
+            continue
+        write_parquet_atomic(conform(pl.read_parquet(path), table), path)
+        done += 1
+    if done:
+        log.warning("upgraded %d %s shards of %s to the declared columns", done, table, home_dir)
+    return done
 
 
 def _schema_of(path: Path) -> dict | None:
