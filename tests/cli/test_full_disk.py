@@ -13,7 +13,8 @@ import pytest
 from tests.cli.test_signals_commands import SMALL, _start
 from trace_core.policy.model import TINY_WARM_DIR
 
-pytestmark = pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(), reason="shipped tiny checkpoint missing")
+pytestmark = [pytest.mark.slow,  # two `train` runs, each with its own temporary Prefect server (~1-4 min)
+              pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(), reason="shipped tiny checkpoint missing")]
 
 
 @pytest.mark.parametrize("size", ["3m"])

@@ -79,6 +79,7 @@ def test_sigterm_in_the_first_second_of_train(tmp_path):
     _stop_and_check(proc, lines, signal.SIGTERM)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_compare(tmp_path):  # SIGINT takes the same path (tests/cli/test_signals_train.py for train)
     home = tmp_path / "h"
     proc, lines = _start(tmp_path, ["compare", "--config", SMALL, "--home", str(home), "--run-id", "c",
@@ -89,6 +90,7 @@ def test_sigterm_stops_compare(tmp_path):  # SIGINT takes the same path (tests/c
 
 @pytest.mark.xfail(strict=False, reason="known intermittent defect: in 2 of the last 3 full-suite runs (once at "
                    "load ~1) the warmup did not exit within 65 s of SIGTERM; it passes alone. Not yet found")
+@pytest.mark.slow
 def test_sigterm_stops_warmup(tmp_path):
     proc, lines = _start(tmp_path, ["warmup", "--config", SMALL, "--out", str(tmp_path / "w"),
                                     "--set", "warmup.steps=100000"])
@@ -98,6 +100,7 @@ def test_sigterm_stops_warmup(tmp_path):
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_sigterm_stops_train_on_a_ray_pool(tmp_path):
     pytest.importorskip("ray")
     home = tmp_path / "h"

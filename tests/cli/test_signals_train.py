@@ -18,6 +18,7 @@ from trace_core.policy.model import TINY_WARM_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
+    pytest.mark.slow,  # each test starts `train` with a temporary Prefect server (30-80 s)
     pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(), reason="shipped tiny checkpoint missing"),
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
 ]

@@ -154,6 +154,7 @@ def test_gsm8k_tiny_config_pools_come_from_the_sample_file():
     assert all(replay(math_env, t, demonstration(t))[1][-1].reward == 1.0 for t in train[:10])
 
 
+@pytest.mark.slow
 def test_one_iteration_of_the_gsm8k_config_trains_on_dataset_prompts(tmp_path):
     """Stages 1-7 of iteration 0 on the GSM8K-format sample with the shipped tiny policy (a small
     budget: the whole `trace-rl train --config configs/gsm8k-tiny.yaml` takes minutes here)."""

@@ -19,8 +19,9 @@ from trace_core.stages import iteration as it
 from trace_core.stages.run import RunRef, initial_checkpoint
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-pytestmark = pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
-                                reason="shipped tiny checkpoint missing: run `trace-rl warmup`")
+pytestmark = [pytest.mark.slow,  # two updates of the tiny policy after stages 1-6 (~35 s)
+              pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
+                                 reason="shipped tiny checkpoint missing: run `trace-rl warmup`")]
 
 
 def _corrupt(model) -> None:

@@ -53,6 +53,7 @@ def test_lock_of_a_killed_holder_is_taken_over(holder):
     release_run_lock(fd)
 
 
+@pytest.mark.slow
 def test_cli_train_is_refused_at_once_while_the_run_is_held(holder, tmp_path):
     proc, _ = holder
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}

@@ -107,6 +107,7 @@ def _closed_port() -> int:
 
 
 # -------------------------------------------------------------------------- kill while creating mlflow.db
+@pytest.mark.slow
 def test_kill_while_mlflow_creates_its_database(tmp_path):
     proc = _session(tmp_path, 0, 2)
     _wait_for(proc, "Creating initial MLflow database tables")
@@ -182,6 +183,7 @@ def small_tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@pytest.mark.slow
 def test_full_disk_while_mlflow_creates_its_database(small_tmpfs):
     home = small_tmpfs
     tr = Tracker(home, "r", config=TrackingConfig(**FAST))
@@ -203,6 +205,7 @@ def test_full_disk_while_mlflow_creates_its_database(small_tmpfs):
 
 
 # -------------------------------------------------------------------------- outage, then replay, exactly once
+@pytest.mark.slow
 def test_outage_then_resume_logs_each_step_and_the_model_once(tmp_path):
     from trace_core.policy.config import TINY_WARM_DIR
 
@@ -223,6 +226,7 @@ def test_outage_then_resume_logs_each_step_and_the_model_once(tmp_path):
     assert state["models"] == ["READY"] and state["versions"] == 1
 
 
+@pytest.mark.slow
 def test_kill_during_model_logging_leaves_one_model(tmp_path):
     from trace_core.policy.config import TINY_WARM_DIR
 
