@@ -7,7 +7,7 @@ from trace_core.config import TrainConfig, load_train_config
 from trace_core.config.io import ConfigError, apply_overrides, config_hash, dump_yaml, flatten
 from trace_core.runtime import check_names
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.mark.parametrize("name", ["tiny.yaml", "small-ci.yaml", "qwen3-8b.yaml", "qwen3-14b.yaml"])

@@ -11,7 +11,7 @@ import yaml
 
 from trace_core.config import load_train_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))
 QWEN = ["qwen3-8b.yaml", "qwen3-14b.yaml"]
 
