@@ -15,6 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.train import named_run_id, train_flow
 from tasks.artifacts import name_flow_run, prefect_link_tags
+from trace_core.allocation.strategies import for_strategy
 from trace_core.analysis.compare import comparison_markdown, comparison_table
 from trace_core.analysis.learning import at_budget, curve_frame, learning_markdown, learning_table, mean_ci
 from trace_core.config import TrainConfig
@@ -108,8 +109,8 @@ def compare_flow(config: TrainConfig, strategies: list[str], seeds: int = 1, hom
     jobs = []
     for seed in range(seeds):
         for strat in strategies:
-            cfg = base.model_copy(deep=True)
-            cfg.allocation.strategy = strat
+            cfg = base.model_copy(deep=True)  # each child: the shared section's settings its strategy reads
+            cfg.allocation = for_strategy(base.allocation, strat)
             cfg.run.seed = base.run.seed + seed
             jobs.append((TrainConfig.model_validate(cfg.model_dump()), child_run_id(cid, strat, seed)))
             log.info("compare %s: %s seed %d -> run %s", cid, strat, seed, jobs[-1][1])

@@ -28,6 +28,7 @@ from tasks.artifacts import (
     tag_flow_run,
 )
 from tasks.stages import StageRunner, stage_tasks
+from trace_core.allocation.strategies import for_strategy, foreign_settings
 from trace_core.analysis.outcome import paired_change, uniform_effective_ratio
 from trace_core.config import TrainConfig, load_train_config
 from trace_core.config.io import config_hash
@@ -92,6 +93,8 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
     """Train the policy in ``config`` for ``run.iterations`` iterations. The same ``run_id``
     after a crash resumes from the last finished stage."""
     cfg = TrainConfig.model_validate(config)
+    ignored = foreign_settings(cfg.allocation)  # settings per strategy: the run keeps only its strategy's
+    cfg = cfg.model_copy(update={"allocation": for_strategy(cfg.allocation, cfg.allocation.strategy)})
     ref = RunRef(str(Path(home).resolve()), run_id or named_run_id() or new_run_id(cfg.allocation.strategy))
     if run_id is None:
         name_flow_run(ref.run_id)  # a no-op when run_name made the id
@@ -101,6 +104,9 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
         t = stage_tasks(ref.home, timeout=cfg.run.stage_timeout_s)
         log = get_run_logger()
         log.info("run %s  strategy=%s  config=%s  home=%s", ref.run_id, cfg.allocation.strategy, config_hash(cfg), ref.home)
+        if ignored:
+            log.info("allocation settings %s are not read by %s: left at their defaults in this run",
+                     ", ".join(f"{k}={v!r}" for k, v in ignored.items()), cfg.allocation.strategy)
         tags = run_tags(ref.run_id, cfg)  # on the flow run and every task run, filterable in the UI
         tag_flow_run(tags)
         tracker = RunTracker(ref, cfg, tracking_uri=tracking_uri, parent=parent_tracking_run,

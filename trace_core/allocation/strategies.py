@@ -21,7 +21,7 @@ dapo             as grpo; zero-variance groups dropped  none (a second wave refi
                  from the update (still paid for)       dropped groups, paid on top)
 pcl              ``n`` each to the candidates with      none
                  predicted v closest to 0.5
-treepo           uniform (as grpo) on the root budget   random prefixes, ``treepo_branch`` each
+treepo           uniform (as grpo) on the root budget   random prefixes, ``branch`` each
 trace            exact TRACE root allocation            exact TRACE prefix allocation
 trace-root       exact TRACE root allocation            random (as treepo): root stage ablation
 trace-prefix     uniform (as treepo)                    exact TRACE prefix allocation
@@ -33,8 +33,9 @@ stratum on its share of the budget (``planner.split_budget``); the others take t
 
 ``treepo`` / ``trace-root`` / ``trace-prefix`` / ``trace`` is the paper's 2x2 ablation
 (uniform/uniform, root only, prefix only, both) at one budget split. The exact TRACE stages
-maximise the config's ``root_objective`` / ``prefix_objective``: the trajectories in contrastive
-groups (the config's default) or the groups themselves (the paper's objective).
+maximise their section's ``root_objective`` / ``prefix_objective`` (expected contrastive groups
+or the trajectories in them). Each strategy reads the shared allocation fields and its own
+section, ``cfg.knobs(self.name)`` (``config.py``), never another strategy's.
 
 Signatures (``Strategy``)::
 
@@ -55,7 +56,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from trace_core.allocation.config import AllocationConfig
+from trace_core.allocation.config import (  # for_strategy, foreign_settings: re-exported for the flows
+    AllocationConfig,
+    TraceKnobs,
+    TracePrefixKnobs,
+    for_strategy,  # noqa: F401
+    foreign_settings,  # noqa: F401
+)
 from trace_core.allocation.knapsack import marginal_threshold, solve_table
 from trace_core.allocation.prefixes import allocate_prefixes
 from trace_core.allocation.roots import allocate_roots
@@ -118,17 +125,18 @@ def random_prefixes(n_nodes: int, budget: int, branch: int, max_per_node: int,
     return k
 
 
-def trace_prefixes(v, r, remaining_turns, budget: int, cfg: AllocationConfig, min_gain: float = 0.0) -> np.ndarray:
+def trace_prefixes(v, r, remaining_turns, budget: int, knobs: TraceKnobs | TracePrefixKnobs,
+                   min_gain: float = 0.0) -> np.ndarray:
     """Exact TRACE prefix allocation; with ``token_budget`` a continuation costs its remaining
     turns and the budget is ``budget`` whole episodes (longest depth + remaining). ``min_gain``:
     the price per trajectory a continuation must beat (per episode-length unit with tokens)."""
-    if not cfg.token_budget or len(v) == 0:
-        return allocate_prefixes(v, r, budget, max_per_node=cfg.max_per_node, objective=cfg.prefix_objective,
+    if not knobs.token_budget or len(v) == 0:
+        return allocate_prefixes(v, r, budget, max_per_node=knobs.max_per_node, objective=knobs.prefix_objective,
                                  min_gain=min_gain)
     remaining = np.asarray(remaining_turns, dtype=float)
     episode = float(remaining.max())  # a fresh rollout costs a whole episode
-    return allocate_prefixes(v, r, budget * episode, max_per_node=cfg.max_per_node, cost=remaining,
-                             objective=cfg.prefix_objective, min_gain=min_gain / episode)
+    return allocate_prefixes(v, r, budget * episode, max_per_node=knobs.max_per_node, cost=remaining,
+                             objective=knobs.prefix_objective, min_gain=min_gain / episode)
 
 
 def _increments(table: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -155,18 +163,19 @@ class Strategy:
     stratifies: ClassVar[bool] = False  # chooses prompts by predicted value: allocation.stratify applies
 
     def one_price(self, cfg: AllocationConfig) -> bool:
-        return self.shares_price and cfg.root_share is None
+        return self.shares_price and cfg.knobs(self.name).root_share is None
 
     def root_budget(self, cfg: AllocationConfig, reserve: int | None = None) -> int:
         """First-wave raw rollouts: all of B, a fixed share, or B minus the reserve (one price)."""
         if not self.has_extensions:
             return cfg.budget_total
+        k = cfg.knobs(self.name)
         if self.one_price(cfg):
-            held = int(np.ceil(cfg.ext_reserve * cfg.budget_total)) if reserve is None else int(reserve)
-            floor = int(np.ceil(cfg.min_reserve * cfg.budget_total))
-            cap = int(np.floor(max(cfg.max_reserve, cfg.min_reserve) * cfg.budget_total))
+            held = int(np.ceil(k.ext_reserve * cfg.budget_total)) if reserve is None else int(reserve)
+            floor = int(np.ceil(k.min_reserve * cfg.budget_total))
+            cap = int(np.floor(max(k.max_reserve, k.min_reserve) * cfg.budget_total))
             return cfg.budget_total - min(max(held, floor), cap)
-        share = DEFAULT_ROOT_SHARE if cfg.root_share is None else cfg.root_share
+        share = DEFAULT_ROOT_SHARE if k.root_share is None else k.root_share
         return int(np.floor(share * cfg.budget_total))
 
     def allocate_roots(self, v_pred, cfg: AllocationConfig, rng: np.random.Generator,
@@ -194,19 +203,21 @@ class _RandomBranching(Strategy):
     has_extensions = True
 
     def allocate_prefixes(self, v_prefix, r, depth, remaining_turns, budget, cfg, rng, min_gain=0.0):
-        return random_prefixes(len(v_prefix), budget, cfg.treepo_branch, cfg.max_per_node, rng)
+        k = cfg.knobs(self.name)
+        return random_prefixes(len(v_prefix), budget, k.branch, k.max_per_node, rng)
 
 
 class _TracePrefix(Strategy):
     has_extensions = True
 
     def allocate_prefixes(self, v_prefix, r, depth, remaining_turns, budget, cfg, rng, min_gain=0.0):
-        return trace_prefixes(v_prefix, r, remaining_turns, budget, cfg, min_gain=min_gain)
+        return trace_prefixes(v_prefix, r, remaining_turns, budget, cfg.knobs(self.name), min_gain=min_gain)
 
 
 def _trace_root(self: Strategy, v_pred, cfg: AllocationConfig, rng, budget: int | None = None) -> np.ndarray:
+    k = cfg.knobs(self.name)
     return allocate_roots(v_pred, self.root_budget(cfg) if budget is None else budget,
-                          max_per_prompt=cfg.max_per_prompt, min_active=cfg.min_active, objective=cfg.root_objective)
+                          max_per_prompt=k.max_per_prompt, min_active=k.min_active, objective=k.root_objective)
 
 
 @register_strategy("grpo")
@@ -218,13 +229,13 @@ class Grpo(Strategy):
 class Dapo(Strategy):
     """DAPO's dynamic sampling: uniform generation; each zero-variance group is dropped from the
     update (still paid for) and refilled by a group of the next unsampled candidate in the second
-    wave (one refill round, ``dapo_refill``), whose trajectories and tokens count against it too."""
+    wave (one refill round, ``dapo.refill``), whose trajectories and tokens count against it too."""
 
     drop_zero_variance = True
 
     def refill(self, n_candidates, taken, zero_variance_groups, cfg):
         m = np.zeros(n_candidates, dtype=np.int64)
-        if not cfg.dapo_refill or zero_variance_groups <= 0:
+        if not cfg.knobs(self.name).refill or zero_variance_groups <= 0:
             return m
         free = np.flatnonzero(~np.asarray(taken, dtype=bool))[:zero_variance_groups]  # the stream order
         m[free] = cfg.group_size
@@ -258,8 +269,9 @@ class Trace(_TracePrefix):
     def root_threshold(self, v_pred, m, cfg):
         if not self.one_price(cfg):
             return 0.0
-        table = root_objective_table(v_pred, cfg.max_per_prompt, cfg.root_objective)
-        return marginal_threshold(table, m, min_active=cfg.min_active)
+        k = cfg.knobs(self.name)
+        table = root_objective_table(v_pred, k.max_per_prompt, k.root_objective)
+        return marginal_threshold(table, m, min_active=k.min_active)
 
     def spend_leftover(self, v_root, taken, v_prefix, r, k, budget, cfg):
         """What the priced prefix stage left, spent where it is worth most: more continuations at
@@ -268,12 +280,13 @@ class Trace(_TracePrefix):
         m2, extra = np.zeros(len(v_root), dtype=np.int64), np.zeros(len(v_prefix), dtype=np.int64)
         if not self.one_price(cfg) or budget < 1:
             return m2, extra
+        kn = cfg.knobs(self.name)
         free = np.flatnonzero(~np.asarray(taken, dtype=bool))
-        roots = root_objective_table(np.asarray(v_root)[free], cfg.max_per_prompt, cfg.root_objective)
-        roots[:, 1:cfg.min_active] = -np.inf
+        roots = root_objective_table(np.asarray(v_root)[free], kn.max_per_prompt, kn.root_objective)
+        roots[:, 1:kn.min_active] = -np.inf
         tables = [roots]
-        if not cfg.token_budget and len(v_prefix):  # with token costs, only whole episodes compete here
-            tables.append(_increments(prefix_objective_table(v_prefix, r, cfg.max_per_node, cfg.prefix_objective),
+        if not kn.token_budget and len(v_prefix):  # with token costs, only whole episodes compete here
+            tables.append(_increments(prefix_objective_table(v_prefix, r, kn.max_per_node, kn.prefix_objective),
                                       np.asarray(k, dtype=np.int64)))
         width = max(t.shape[1] for t in tables)
         F = np.vstack([np.pad(t, ((0, 0), (0, width - t.shape[1])), constant_values=-np.inf) for t in tables])
