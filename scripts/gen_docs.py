@@ -58,6 +58,9 @@ def _model_of(annotation: object):
 
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation, ""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if len(args) == 1 and type(None) in typing.get_args(annotation):  # an optional section: X | None
+        return _model_of(args[0])
     if typing.get_origin(annotation) is list:
         (item,) = typing.get_args(annotation)
         if isinstance(item, type) and issubclass(item, BaseModel):

@@ -5,7 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from trace_core.allocation import allocate_prefixes, allocate_roots
-from trace_core.allocation.config import AllocationConfig
+from trace_core.allocation.config import SECTIONS, AllocationConfig, section_key
 from trace_core.allocation.strategies import (
     Strategy,
     get_strategy,
@@ -19,6 +19,22 @@ ALL = ["dapo", "grpo", "pcl", "trace", "trace-prefix", "trace-root", "treepo"]
 FULL = dict(root_objective="trajectories", min_active=2, ext_reserve=0.25, max_reserve=0.5, max_per_node=8)
 
 
+def alloc(name: str = "trace", **fields) -> AllocationConfig:
+    """Settings of strategy ``name``: the shared fields at the top, the rest in its section (a
+    knob ``name`` does not have is left out: the parametrised tests pass one set to all)."""
+    shared = {k: v for k, v in fields.items() if k in AllocationConfig.model_fields}
+    rest = {k: v for k, v in fields.items() if k not in shared}
+    assert all(any(k in m.model_fields for m in SECTIONS.values()) for k in rest), rest
+    own = {k: v for k, v in rest.items() if k in SECTIONS[name].model_fields}
+    return AllocationConfig(strategy=name, **shared, **({section_key(name): own} if own else {}))
+
+
+def with_knobs(cfg: AllocationConfig, **updates) -> AllocationConfig:
+    """``cfg`` with ``updates`` applied to its strategy's section (knobs it does not have left out)."""
+    own = SECTIONS[cfg.strategy].model_fields
+    return cfg.with_knobs(cfg.strategy, **{k: v for k, v in updates.items() if k in own})
+
+
 def test_registry_names_duplicates_and_unknown():
     assert set(ALL) <= set(strategy_names())
     with pytest.raises(ValueError, match="already registered"):
@@ -26,9 +42,9 @@ def test_registry_names_duplicates_and_unknown():
     with pytest.raises(KeyError, match="known: .*grpo"):
         get_strategy("nope")
     with pytest.raises(ValidationError, match="max_per_prompt"):
-        AllocationConfig(max_per_prompt=2, min_active=3)
+        alloc(max_per_prompt=2, min_active=3)
     with pytest.raises(ValidationError, match="root_share"):
-        AllocationConfig(root_share=1.5)
+        alloc(root_share=1.5)
     with pytest.raises(ValidationError, match="extra"):
         AllocationConfig(budjet_total=3)
 
@@ -49,12 +65,14 @@ def _spend(name, cfg, seed=0):
 
 @pytest.mark.parametrize("name", ALL)
 def test_every_strategy_spends_the_same_budget(name):
-    cfg = AllocationConfig(strategy=name, budget_total=256, root_share=0.5)
+    cfg = alloc(name, budget_total=256, root_share=0.5)
     s, m, k = _spend(name, cfg)
-    assert np.all((m == 0) | ((m >= cfg.min_active) & (m <= max(cfg.max_per_prompt, cfg.group_size))))
+    knobs = cfg.knobs()
+    lo, hi = getattr(knobs, "min_active", cfg.group_size), getattr(knobs, "max_per_prompt", cfg.group_size)
+    assert np.all((m == 0) | ((m >= lo) & (m <= hi)))
     assert m.sum() <= s.root_budget(cfg)
     assert m.sum() + k.sum() == cfg.budget_total  # these pools are large enough to use it all
-    assert np.all(k <= cfg.max_per_node)
+    assert np.all(k <= getattr(knobs, "max_per_node", 0))
     if not s.has_extensions:
         assert k.sum() == 0 and m.sum() == cfg.budget_total
     else:
@@ -62,7 +80,7 @@ def test_every_strategy_spends_the_same_budget(name):
 
 
 def test_uniform_takes_the_stream_head_and_pcl_the_middle():
-    cfg = AllocationConfig(strategy="grpo", budget_total=24, group_size=8)
+    cfg = alloc("grpo", budget_total=24, group_size=8)
     v = np.array([0.0, 1.0, 0.5, 0.45, 0.9, 0.52])
     assert get_strategy("grpo").allocate_roots(v, cfg, None).tolist() == [8, 8, 8, 0, 0, 0]
     assert get_strategy("pcl").allocate_roots(v, cfg, None).tolist() == [0, 0, 8, 8, 0, 8]
@@ -70,7 +88,7 @@ def test_uniform_takes_the_stream_head_and_pcl_the_middle():
 
 
 def test_trace_roots_skip_hopeless_prompts():
-    cfg = AllocationConfig(strategy="trace", budget_total=16, root_share=1.0)
+    cfg = alloc("trace", budget_total=16, root_share=1.0)
     v = np.array([0.0, 1.0, 0.5, 0.5])
     assert get_strategy("trace").allocate_roots(v, cfg, None).tolist() == [0, 0, 8, 8]
 
@@ -84,7 +102,7 @@ def test_random_prefixes_is_seeded_and_bounded():
 
 
 def test_token_budget_buys_more_short_continuations():
-    cfg = AllocationConfig(strategy="trace", budget_total=64, token_budget=True)
+    cfg = alloc("trace", budget_total=64, token_budget=True)
     s = get_strategy("trace")
     v = np.full(6, 0.5)
     r = np.ones(6)
@@ -95,14 +113,14 @@ def test_token_budget_buys_more_short_continuations():
 
 
 def test_defaults_are_the_measured_breadth_setting_and_objectives_are_validated():
-    cfg = AllocationConfig()
+    cfg = AllocationConfig().knobs()
     assert cfg.root_objective == "groups" and cfg.prefix_objective == "trajectories"
     assert (cfg.min_active, cfg.max_reserve, cfg.ext_reserve, cfg.max_per_node) == (4, 0.1, 0.1, 4)
     with pytest.raises(ValidationError, match="root_objective"):
-        AllocationConfig(root_objective="rollouts")
+        alloc(root_objective="rollouts")
     with pytest.raises(ValidationError, match="prefix_objective"):
-        AllocationConfig(prefix_objective="group")
-    fields = AllocationConfig.model_fields
+        alloc(prefix_objective="group")
+    fields = SECTIONS["trace"].model_fields
     assert "trajectories" in fields["root_objective"].description
     assert "trajectories" in fields["prefix_objective"].description
 
@@ -112,7 +130,7 @@ def test_trace_strategies_pass_the_objectives_through(name):
     rng = np.random.default_rng(3)
     v, vp, r = rng.random(64), rng.random(90), rng.integers(0, 2, 90).astype(float)
     remaining = rng.integers(1, 5, 90)
-    cfg = AllocationConfig(strategy=name, budget_total=96, **FULL)
+    cfg = alloc(name, budget_total=96, **FULL)
     s = get_strategy(name)
     m = s.allocate_roots(v, cfg, np.random.default_rng(0))
     if name != "trace-prefix":
@@ -120,7 +138,7 @@ def test_trace_strategies_pass_the_objectives_through(name):
         assert m.tolist() == expect.tolist()
         assert m.tolist() != allocate_roots(v, s.root_budget(cfg)).tolist()  # the objective matters here
     for token_budget in (False, True):
-        c = cfg.model_copy(update={"token_budget": token_budget})
+        c = with_knobs(cfg, token_budget=token_budget)
         k = s.allocate_prefixes(vp, r, 5 - remaining, remaining, 30, c, np.random.default_rng(0))
         if name != "trace-root":
             cost = dict(cost=remaining.astype(float)) if token_budget else {}
@@ -134,24 +152,24 @@ def test_trace_one_price_budget_split():
     iteration bought, within [min_reserve, max_reserve]); a set root_share fixes the split; the
     fixed-split strategies use 0.5."""
     trace, treepo = get_strategy("trace"), get_strategy("treepo")
-    cfg = AllocationConfig(strategy="trace", budget_total=200, **FULL)
+    cfg = alloc("trace", budget_total=200, **FULL)
     assert trace.root_budget(cfg) == 150  # ext_reserve 0.25
     assert trace.root_budget(cfg, reserve=60) == 140
     assert trace.root_budget(cfg, reserve=0) == 180  # min_reserve 0.1
     assert trace.root_budget(cfg, reserve=500) == 100  # max_reserve 0.5
-    assert trace.root_budget(cfg.model_copy(update={"root_share": 0.8}), reserve=60) == 160
+    assert trace.root_budget(with_knobs(cfg, root_share=0.8), reserve=60) == 160
     assert treepo.root_budget(cfg) == 100 and get_strategy("grpo").root_budget(cfg) == 200
 
 
 def test_trace_price_gates_continuations_and_leftover_goes_to_a_second_wave():
     rng = np.random.default_rng(5)
     trace = get_strategy("trace")
-    cfg = AllocationConfig(strategy="trace", budget_total=96, **FULL)
+    cfg = alloc("trace", budget_total=96, **FULL)
     v = rng.random(40)
     m = trace.allocate_roots(v, cfg, rng, budget=64)
     price = trace.root_threshold(v, m, cfg)
     assert price > 0
-    assert trace.root_threshold(v, m, cfg.model_copy(update={"root_share": 0.5})) == 0.0
+    assert trace.root_threshold(v, m, with_knobs(cfg, root_share=0.5)) == 0.0
     r = rng.integers(0, 2, 120).astype(float)
     vp = np.where(r > 0.5, 1 - 0.15 * rng.random(120), 0.15 * rng.random(120))  # flips are rare
     free = trace.allocate_prefixes(vp, r, np.ones(120), np.ones(120), 32, cfg, rng)
@@ -160,7 +178,7 @@ def test_trace_price_gates_continuations_and_leftover_goes_to_a_second_wave():
     left = 96 - int(m.sum()) - int(priced.sum())
     m2, extra = trace.spend_leftover(v, m > 0, vp, r, priced, left, cfg)
     assert not ((m > 0) & (m2 > 0)).any() and 0 < m2.sum() + extra.sum() <= left
-    assert (priced + extra <= cfg.max_per_node).all()
+    assert (priced + extra <= cfg.knobs().max_per_node).all()
     m0, e0 = get_strategy("trace-root").spend_leftover(v, m > 0, vp, r, priced, left, cfg)
     assert m0.sum() == e0.sum() == 0
 
@@ -168,7 +186,7 @@ def test_trace_price_gates_continuations_and_leftover_goes_to_a_second_wave():
 def test_leftover_goes_where_it_is_worth_most():
     """Sure prompts (v near 0 or 1) lose to a prefix that flips half the time, and vice versa."""
     trace = get_strategy("trace")
-    cfg = AllocationConfig(strategy="trace", budget_total=64, max_per_prompt=8, max_per_node=4)
+    cfg = alloc("trace", budget_total=64, max_per_prompt=8, max_per_node=4)
     sure, doubtful = np.array([0.02, 0.98, 0.5]), np.array([0.5])
     r = np.array([1.0])
     m2, extra = trace.spend_leftover(sure, np.array([False, False, True]), doubtful, r, np.array([0]), 4, cfg)
@@ -201,7 +219,7 @@ def test_stratify_by_task_gives_every_family_its_share(name):
 
     rng = np.random.default_rng(0)
     v, fam = _skewed_pool(rng)
-    cfg = AllocationConfig(strategy=name, budget_total=120, group_size=4, max_per_prompt=4)
+    cfg = alloc(name, budget_total=120, group_size=4, max_per_prompt=4)
     flat = plan_roots(v, cfg, np.random.default_rng(1), strata=fam.tolist())  # stratify none: labels ignored
     split = plan_roots(v, cfg.model_copy(update={"stratify": "task"}), np.random.default_rng(1), strata=fam.tolist())
     share = {f: split.m[fam == f].sum() for f in ("qa", "math", "fc")}
@@ -216,7 +234,7 @@ def test_stratified_prefix_plan_spends_each_share_within_its_stratum():
 
     rng = np.random.default_rng(3)
     v, fam = _skewed_pool(rng)
-    cfg = AllocationConfig(strategy="trace", budget_total=120, max_per_prompt=4, stratify="task")
+    cfg = alloc("trace", budget_total=120, max_per_prompt=4, stratify="task")
     roots = plan_roots(v, cfg, rng, strata=fam.tolist())
     owner = np.repeat(np.arange(len(v)), roots.m)  # one open prefix per raw rollout
     r = (rng.random(owner.size) < v[owner]).astype(float)
@@ -238,7 +256,7 @@ def test_uniform_strategies_ignore_stratify():
 
     v, fam = _skewed_pool(np.random.default_rng(0))
     for name in ("grpo", "dapo", "treepo"):
-        cfg = AllocationConfig(strategy=name, budget_total=64, group_size=4)
+        cfg = alloc(name, budget_total=64, group_size=4)
         a = plan_roots(v, cfg, np.random.default_rng(1), strata=fam.tolist())
         b = plan_roots(v, cfg.model_copy(update={"stratify": "task"}), np.random.default_rng(1), strata=fam.tolist())
         assert a.m.tolist() == b.m.tolist()

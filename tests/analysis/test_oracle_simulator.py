@@ -56,7 +56,7 @@ def test_config_errors_name_the_field():
 def test_trajectory_root_objective_spends_the_budget_on_fewer_full_groups():
     def run(objective):
         cfg = SimulateConfig(iterations=2, seeds=3, strategies=["trace"], coverage_rows=False,
-                             allocation={"budget_total": 256, "root_share": 0.5, "root_objective": objective})
+                             allocation={"budget_total": 256, "trace": {"root_share": 0.5, "root_objective": objective}})
         return run_simulation(cfg).row(0, named=True)
 
     groups, trajectories = run("groups"), run("trajectories")

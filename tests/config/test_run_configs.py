@@ -85,7 +85,7 @@ def test_the_rehearsal_config_is_qwen3_8b_but_for_what_the_machine_forces():
     changed = {p for p in values if p not in q8 or values[p] != q8[p]}
     forced = {"run.iterations", "run.candidate_pool", "run.eval_tasks", "run.eval_samples", "run.device",
               "model.path", "model.dtype", "sampling.max_new_tokens", "allocation.budget_total",
-              "allocation.group_size", "allocation.max_per_prompt", "update.skip_zero_advantage",
+              "allocation.group_size", "allocation.trace.max_per_prompt", "update.skip_zero_advantage",
               "update.world_size", "vllm.enforce_eager"}
     assert {p for p in changed if not p.startswith("data.")} <= forced
     for key in {p.split(".")[-1] for p in changed if not p.startswith("data.")}:

@@ -168,7 +168,7 @@ def test_one_iteration_of_the_gsm8k_config_trains_on_dataset_prompts(tmp_path):
 
     cfg = load_train_config(ROOT / "configs" / "gsm8k-tiny.yaml", [
         "run.candidate_pool=8", "run.eval_tasks=4", "run.eval_samples=1", "allocation.budget_total=16",
-        "allocation.group_size=4", "allocation.max_per_prompt=4", "sampling.max_new_tokens=32", "env.max_turns=3"])
+        "allocation.group_size=4", "allocation.trace.max_per_prompt=4", "sampling.max_new_tokens=32", "env.max_turns=3"])
     ref, ckpt = RunRef(str(tmp_path / "home"), "gsm8k"), initial_checkpoint(cfg)
     rt = Runtime(cfg)
     before = it.evaluate(cfg, ckpt, rt)

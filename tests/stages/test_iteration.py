@@ -54,7 +54,7 @@ def test_root_allocation_respects_the_root_budget(one_iteration):
     prompts = pl.read_parquet(res.roots.prompts)
     assert prompts.height == res.roots.candidates == cfg.run.candidate_pool
     m = prompts["m_alloc"].to_numpy()
-    assert ((m == 0) | (m >= cfg.allocation.min_active)).all()
+    assert ((m == 0) | (m >= cfg.allocation.knobs().min_active)).all()
     assert int(m.sum()) == res.roots.root_budget_used <= cfg.allocation.budget_total
 
 
@@ -120,7 +120,7 @@ def test_one_price_across_the_stages(one_iteration):
     """trace (root_share unset): continuations only where they beat the roots' price; what the
     prefix stage leaves goes to a second wave over prompts the first wave skipped."""
     cfg, _, res = one_iteration
-    assert cfg.allocation.root_share is None
+    assert cfg.allocation.knobs().root_share is None
     assert res.roots.root_budget < cfg.allocation.budget_total  # a reserve was held back
     alloc = pl.read_parquet(res.prefixes.path)
     assert {"v_pred", "flip", "r", "k"} <= set(alloc.columns)

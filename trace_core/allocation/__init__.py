@@ -12,7 +12,8 @@ Public API (extended with keyword arguments only):
   ``prefix_objective_table``.
 * ``chain_greedy_cost``: the unequal-cost knapsack over value tables (``cost.py``).
 * Strategies: ``get_strategy``, ``strategy_names``, ``register_strategy``, ``Strategy``
-  (``strategies.py``); their settings, ``AllocationConfig``, in ``config.py`` (pure pydantic).
+  (``strategies.py``); their settings, ``AllocationConfig`` (shared fields plus one section per
+  strategy), in ``config.py`` (pure pydantic).
 
 Modules: ``config`` (settings, objectives), ``inputs`` (argument checks), ``hull`` (concave hulls
 as unit slopes), ``knapsack`` (exact threshold + repair solver over value tables), ``roots``,

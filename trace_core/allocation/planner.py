@@ -8,7 +8,7 @@ because the second needs the raw rollouts' outcomes:
 1. ``plan_roots(v_root, ...)`` -> ``RootPlan``: the first root wave. Strategies with an extension
    stage hold back a *reserve* for it (one price: what the previous iteration bought in
    continuations × ``reserve_slack``, within [``min_reserve``, ``max_reserve``]·B, ``ext_reserve``·B
-   at iteration 0; a fixed split: ``root_share``·B). The roots' *price* is the value per trajectory
+   at iteration 0; a fixed split: ``root_share``·B; all in the strategy's own section). The roots' *price* is the value per trajectory
    of their last purchase (one price only; 0 otherwise).
 2. ``plan_prefixes(roots, v_prefix, r, ...)`` -> ``PrefixPlan``: what the raw rollouts left
    (``B`` − raw trajectories) buys continuations at the open prefixes — with one price only where
@@ -90,13 +90,15 @@ def iteration_budget(cfg: AllocationConfig, iteration: int, spent_tokens: int,
     return min(max(b, 1), 100_000)
 
 
-def wanted_reserve(cfg: AllocationConfig, previous_continuations: int | None) -> int | None:
+def wanted_reserve(cfg: AllocationConfig, previous_continuations: int | None,
+                   strategy: Strategy | None = None) -> int | None:
     """The one-price reserve asked for: what the previous iteration bought in continuations × the
-    slack (None at iteration 0; ``Strategy.root_budget`` then holds ``ext_reserve``·B and bounds
-    either to [``min_reserve``, ``max_reserve``]·B)."""
-    if previous_continuations is None:
+    slack (None at iteration 0, or for a strategy without one price; ``Strategy.root_budget`` then
+    holds ``ext_reserve``·B and bounds either to [``min_reserve``, ``max_reserve``]·B)."""
+    strat = strategy or get_strategy(cfg.strategy)
+    if previous_continuations is None or not strat.one_price(cfg):
         return None
-    return int(np.ceil(cfg.reserve_slack * previous_continuations))
+    return int(np.ceil(cfg.knobs(strat.name).reserve_slack * previous_continuations))
 
 
 def split_budget(budget: int, counts) -> np.ndarray:
@@ -165,7 +167,7 @@ def plan_roots(v_root: np.ndarray, cfg: AllocationConfig, rng: np.random.Generat
         prev = previous_continuations
         if prev is not None and b != cfg.budget_total:
             prev = prev * b / cfg.budget_total
-        rb = strat.root_budget(sub, wanted_reserve(sub, prev))
+        rb = strat.root_budget(sub, wanted_reserve(sub, prev, strat))
         m[ix] = np.asarray(strat.allocate_roots(v_root[ix], sub, rng, budget=rb), dtype=np.int64)
         budget += int(rb)
         prices.append(float(strat.root_threshold(v_root[ix], m[ix], sub)))

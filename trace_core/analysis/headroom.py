@@ -42,15 +42,16 @@ def sampled_success(runtime: Runtime, cfg: TrainConfig, checkpoint: str, tasks, 
 def replay_roots(v_true: np.ndarray, v_pred: np.ndarray, cfg: TrainConfig, seed: int) -> list[dict]:
     """Each root rule on the full budget, with predicted and with oracle v, scored under v_true."""
     rows = []
-    alloc = cfg.allocation.model_copy(update={"root_share": 1.0})
+    alloc = cfg.allocation
     for name in ROOT_RULES:
         strategy, _, objective = name.partition("/")
-        acfg = alloc.model_copy(update={"root_objective": objective}) if objective else alloc
+        acfg = alloc.with_knobs(strategy, root_objective=objective) if objective else alloc
         strat = get_strategy(strategy)
         out = {"rule": name}
         for label, v in (("predicted", v_pred), ("oracle", v_true)):
             vv = np.clip(v, cfg.allocation.min_prob, 1 - cfg.allocation.min_prob)
-            m = np.asarray(strat.allocate_roots(vv, acfg, np.random.default_rng(seed)), dtype=np.int64)
+            m = np.asarray(strat.allocate_roots(vv, acfg, np.random.default_rng(seed), budget=alloc.budget_total),
+                           dtype=np.int64)  # the full budget on roots
             out[label] = expected_effective_ratio(v_true, m)
             out[f"{label}_prompts"] = int((m > 0).sum())
         out["lost_to_prediction"] = out["oracle"] - out["predicted"]

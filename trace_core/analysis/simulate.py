@@ -64,7 +64,7 @@ class SimulateConfig(BaseModel):
                                   description="Registered strategies to compare at equal budget.")
     allocation: AllocationConfig = Field(
         default_factory=lambda: AllocationConfig(budget_total=1024),
-        description="Budget and split shared by all strategies (its 'strategy' field is ignored).",
+        description="Budget shared by all strategies and each one's own section (its 'strategy' field is ignored).",
     )
     coverage_rows: bool = Field(
         True, description="Add the fixed-budget comparison: broad (B/2 prompts x 2 rollouts) vs deep "
@@ -195,11 +195,9 @@ def _variants(cfg: SimulateConfig) -> list[tuple[str, str, AllocationConfig]]:
     if cfg.coverage_rows:
         B = a.budget_total
         rows.append((f"broad: {B // 2} prompts x 2", "trace",
-                     a.model_copy(update={"strategy": "trace", "root_share": 1.0, "max_per_prompt": 2,
-                                          "min_active": 2})))
+                     a.with_knobs("trace", root_share=1.0, max_per_prompt=2, min_active=2)))
         rows.append((f"deep: {B // 6} prompts x (2 + 4 ext)", "trace",
-                     a.model_copy(update={"strategy": "trace", "root_share": 1.0 / 3.0, "max_per_prompt": 2,
-                                          "min_active": 2})))
+                     a.with_knobs("trace", root_share=1.0 / 3.0, max_per_prompt=2, min_active=2)))
     return rows
 
 

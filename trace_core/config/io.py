@@ -136,7 +136,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         path, value = parse_override(item)
         node = out
         for part in path[:-1]:
-            nxt = node.setdefault(part, {})
+            if node.get(part) is None:  # a section not set yet (absent or null) is created
+                node[part] = {}
+            nxt = node[part]
             if not isinstance(nxt, dict):
                 raise ConfigError(f"override {item!r}: {part!r} is a value, not a section")
             node = nxt
