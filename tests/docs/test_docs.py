@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,9 @@ def _config_key_exists(key: str) -> bool:
         if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
             return False
         model = model.model_fields[part].annotation
+        args = [a for a in typing.get_args(model) if a is not type(None)]
+        if len(args) == 1:  # an optional section (X | None): its keys are X's
+            model = args[0]
     return True
 
 
@@ -105,6 +109,7 @@ def test_the_commands_found_are_the_ones_written():
             "```bash\ntrace-rl train --set run.seed=3 \\\n  --home H  # x\ncd /opt/trace-rl run\n```\n")
     assert _commands(text) == [("train", " --set run.seed=3  --home H  "), ("sql", " wasted_by_iteration --run-id RUN")]
     assert _config_key_exists("allocation.budget_total") and not _config_key_exists("allocation.nosuch")
+    assert _config_key_exists("allocation.trace.min_active") and not _config_key_exists("allocation.trace.nosuch")
 
 
 def _tutorial_blocks() -> list[tuple[str, str]]:
