@@ -31,20 +31,18 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports_of(path: Path, known: set[str], *, local_only: bool = False) -> set[str]:
-    """Project modules ``path`` imports: at module level, under ``TYPE_CHECKING`` and inside functions
-    alike (a lazy import that breaks a cycle is still a cycle); ``local_only``: only those inside a
-    function or class body."""
+def _imports_of(path: Path, known: set[str], *, where: str = "all") -> set[str]:
+    """Project modules ``path`` imports. ``where``: "all" (module level, under ``TYPE_CHECKING`` and
+    inside functions alike: a lazy import that breaks a cycle is still a cycle), "local" (only inside
+    a function or class body) or "top" (only statements of the module body itself)."""
     import ast
 
     tree = ast.parse(path.read_text())
-    module_level = {id(n) for n in tree.body}
-    for n in tree.body:  # `if TYPE_CHECKING:` blocks are module level too
-        if isinstance(n, ast.If):
-            module_level |= {id(m) for m in n.body}
+    body = {id(n) for n in tree.body}
+    module_level = body | {id(m) for n in tree.body if isinstance(n, ast.If) for m in n.body}
     out: set[str] = set()
     for node in ast.walk(tree):
-        if local_only and id(node) in module_level:
+        if (where == "local" and id(node) in module_level) or (where == "top" and id(node) not in body):
             continue
         names = []
         if isinstance(node, ast.Import):
@@ -56,18 +54,8 @@ def _imports_of(path: Path, known: set[str], *, local_only: bool = False) -> set
 
 
 def _top_level_imports(path: Path, known: set[str]) -> set[str]:
-    """Project modules imported at module level (what a config home may depend on)."""
-    import ast
-
-    out: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        out |= {n for n in names if n in known}
-    return out
+    """Project modules imported by the module body's own statements (what a config home may depend on)."""
+    return _imports_of(path, known, where="top")
 
 
 #: the command line's entry points import what each command needs when it runs (start-up stays quick)
@@ -83,7 +71,7 @@ def test_project_imports_are_module_level():
     dependencies are the imports at its top."""
     files = _project_files()
     local = {m: sorted(deps) for m, p in files.items()
-             if m not in LAZY_IMPORTS_ALLOWED and (deps := _imports_of(p, set(files), local_only=True))}
+             if m not in LAZY_IMPORTS_ALLOWED and (deps := _imports_of(p, set(files), where="local"))}
     assert not local, f"function-local project imports: {local}"
 
 
