@@ -13,16 +13,6 @@ from pathlib import Path
 
 import typer
 
-from flows.lifecycle import Interrupted, stop_on_signals
-from trace_core.config import load_train_config
-from trace_core.config.io import ConfigError
-from trace_core.envs.datasets import DataError, loaded
-from trace_core.home.layout import check_home_path
-from trace_core.home.lock import RunLocked, acquire_run_lock, release_run_lock
-from trace_core.policy.modeldir import ModelDirError, check_model_dir
-from trace_core.runtime import check_names
-from trace_core.stages.run import RunRef, check_run_id, initial_checkpoint
-
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
 
 
@@ -33,6 +23,8 @@ def _stoppable(after: str):
     def wrap(fn):
         @functools.wraps(fn)
         def run(*args, **kwargs):
+            from flows.lifecycle import Interrupted, stop_on_signals
+
             try:
                 with stop_on_signals(), _quiet_stop_tracebacks(Interrupted):
                     return fn(*args, **kwargs)
@@ -91,6 +83,8 @@ RESUME = "run stopped; rerun with the same --run-id to resume"
 
 def _check_home(home: Path, create: bool = True) -> None:
     """A usable run home or exit 2 with one line: a directory (or creatable), no glob characters."""
+    from trace_core.home.layout import check_home_path
+
     try:
         check_home_path(home)
         if home.exists() and not home.is_dir():
@@ -102,6 +96,8 @@ def _check_home(home: Path, create: bool = True) -> None:
 
 
 def _check_run_id(run_id: str | None) -> None:
+    from trace_core.stages.run import check_run_id
+
     if run_id is not None:
         try:
             check_run_id(run_id)
@@ -112,6 +108,9 @@ def _check_run_id(run_id: str | None) -> None:
 def _check_unlocked(home: Path, run_id: str) -> None:
     """Exit 2 with the holder's pid and host if another live process is writing this run (the
     flow takes the lock itself for the whole run: trace_core.home.lock)."""
+    from trace_core.home.lock import RunLocked, acquire_run_lock, release_run_lock
+    from trace_core.stages.run import RunRef
+
     try:
         release_run_lock(acquire_run_lock(RunRef(str(home.resolve()), run_id).run_dir))
     except RunLocked as err:
@@ -145,6 +144,10 @@ def _fail(err: Exception) -> None:
 
 def _train_config(config: Path | None, overrides: list[str] | None, home: Path):
     """The validated run config (an invalid one exits 2 with the field path and bad value)."""
+    from trace_core.config import load_train_config
+    from trace_core.config.io import ConfigError
+    from trace_core.runtime import check_names
+
     _check_home(home, create=False)
     try:
         cfg = check_names(load_train_config(config or DEFAULT_CONFIG, overrides or []))
@@ -160,6 +163,8 @@ def _train_config(config: Path | None, overrides: list[str] | None, home: Path):
 def _check_model(cfg) -> None:
     """The model the run starts from must be there: a missing directory exits 2 with one line,
     before a home, a flow run or a runs row exists."""
+    from trace_core.stages.run import initial_checkpoint
+
     try:
         initial_checkpoint(cfg)
     except FileNotFoundError as err:
@@ -185,6 +190,8 @@ def _fail_if_disk_full(err: BaseException) -> None:
 def _check_models(cfg) -> None:
     """Every model directory the config names is checked before anything starts (safetensors and
     JSON only, ``trace_core.policy.modeldir``): a missing or hostile one exits 2 with one line."""
+    from trace_core.policy.modeldir import ModelDirError, check_model_dir
+
     named = {"model.path": cfg.model.path, "predictor.encoder_path": getattr(cfg.predictor, "encoder_path", None)}
     for field, path in named.items():
         if path:
@@ -199,6 +206,7 @@ def _check_data(cfg) -> None:
     ``on_bad_row: error`` or an empty set exits 2 with one line, before anything starts."""
     if not cfg.data.enabled:
         return
+    from trace_core.envs.datasets import DataError, loaded
 
     try:
         loaded(cfg.data, progress=lambda line: typer.echo(line, err=True))

@@ -1,8 +1,8 @@
 """Node-store benchmark: ingest rate, every named query cold and warm, the catalogue's open time
 and peak memory, over many generated nodes on disk (a temp dir, deleted after).
 
-    PYTHONPATH=. python benchmarks/bench_store.py --nodes 10_000_000
-    PYTHONPATH=. python benchmarks/bench_store.py --nodes 100_000_000 --tmp /tmp
+    PYTHONPATH=. python benchmarks/speed/bench_store.py --nodes 10_000_000
+    PYTHONPATH=. python benchmarks/speed/bench_store.py --nodes 100_000_000 --tmp /tmp
 
 Synthetic trees, one shard per iteration: every prompt has a root, 8 raw rollouts of 3 turns
 and 2 continuations of 2 turns from the first rollout's first turn (29 nodes). Rewards are drawn
