@@ -10,7 +10,7 @@ of the model and of the baselines (``constant``: the mean label; ``history``: th
 record; ``prior``: the hierarchical prior without the head), the *noise floor* of ECE (the mean
 ECE of outcomes drawn from the model's own predictions with these sample sizes: what a perfectly
 calibrated predictor would score) and, for the continuations of iteration t, predicted vs realised
-flip rates per bin, beside the paper's ``r(1-V) + (1-r)V``. Goals (issue 11): root and prefix
+flip rates per bin, beside the paper's ``r(1-V) + (1-r)V``. Goals: root and prefix
 AUC >= 0.80 and ECE <= 0.05 from iteration 1, reported per iteration and as the mean.
 
 Sources:

@@ -1,4 +1,4 @@
-"""A truncated or damaged shard (issue 14, row 4): queries name the file instead of failing with
+"""A truncated or damaged shard: queries name the file instead of failing with
 a traceback, ``skip_bad`` / ``trace-rl sql --skip-bad`` answers from the other shards, and
 ``read_shard`` names the file it could not read."""
 

@@ -1,4 +1,4 @@
-"""The store as the analyst meets it (issue 22): the DuckDB CLI opens the catalogue, `sql` takes
+"""The store as the analyst meets it: the DuckDB CLI opens the catalogue, `sql` takes
 its format from `--out` and refuses unknown run ids, a comparison id selects its children, the
 groups show the raw trajectory they branch from and which continuations flipped, and the
 accuracy before training is in `iteration_summary`."""
