@@ -27,7 +27,7 @@ def test_full_disk_is_one_line_and_resumes(tmp_path, size):
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     try:
-        args = ["train", "--config", SMALL, "--home", str(home), "--run-id", "f", "--set", "run.iterations=1"]
+        args = ["train", "--config", SMALL, "--home", str(home), "--run-id", "f", "--set", "run.iterations=1", "--set", "run.threads=1"]
         proc, lines = _start(tmp_path, args)
         rc = proc.wait(timeout=300)
         text = "".join(lines)

@@ -83,7 +83,8 @@ def test_sigterm_in_the_first_second_of_train(tmp_path):
 def test_sigterm_stops_compare(tmp_path):  # SIGINT takes the same path (tests/cli/test_signals_train.py for train)
     home = tmp_path / "h"
     proc, lines = _start(tmp_path, ["compare", "--config", SMALL, "--home", str(home), "--run-id", "c",
-                                    "--strategies", "grpo,trace", "--seeds", "1", "--set", "run.iterations=50"])
+                                    "--strategies", "grpo,trace", "--seeds", "1", "--set", "run.iterations=50",
+                                    "--set", "run.threads=1"])
     _wait(proc, lines, lambda: (home / "runs" / "c-grpo-s0" / "checkpoints" / "iter=00000").is_dir())
     _stop_and_check(proc, lines, signal.SIGTERM)
 
@@ -105,6 +106,7 @@ def test_sigterm_stops_train_on_a_ray_pool(tmp_path):
     pytest.importorskip("ray")
     home = tmp_path / "h"
     proc, lines = _start(tmp_path, ["train", "--config", SMALL, "--home", str(home), "--run-id", "s",
-                                    "--set", "run.iterations=1000", "--set", "run.rollout_workers=1"])
+                                    "--set", "run.iterations=1000", "--set", "run.rollout_workers=1",
+                                    "--set", "run.threads=1"])
     _wait(proc, lines, lambda: (home / "runs" / "s" / "checkpoints" / "iter=00000").is_dir(), timeout=300)
     _stop_and_check(proc, lines, signal.SIGTERM)

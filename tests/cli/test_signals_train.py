@@ -56,7 +56,7 @@ def _start_train(tmp_path: Path) -> tuple[subprocess.Popen, list[str], set[int]]
     env.pop("PREFECT_API_URL", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "train", "--config", str(ROOT / "configs" / "small-ci.yaml"),
-         "--home", str(tmp_path / "home"), "--run-id", "s", "--set", "run.iterations=1000"],
+         "--home", str(tmp_path / "home"), "--run-id", "s", "--set", "run.iterations=1000", "--set", "run.threads=1"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (TINY_WARM_DIR / "config.
 def test_compare_two_strategies(prefect_server, tmp_path):
     from flows.compare import compare_flow
 
-    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=1"])
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=1", "run.threads=1"])
     out = compare_flow(cfg, strategies=["grpo", "trace"], seeds=1, home=str(tmp_path),
                        run_id="cmp")
     assert [r["strategy"] for r in out["table"]] == ["grpo", "trace"]
@@ -93,7 +93,7 @@ def test_learning_benchmark_smoke(prefect_server, tmp_path):
     from trace_core.store import query
 
     cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=2", "run.eval_every=1",
-                                                         "run.probe_tasks=4", "tracking.log_model=false"])
+                                                         "run.probe_tasks=4", "tracking.log_model=false", "run.threads=1"])
     out = compare_flow(cfg, strategies=["grpo", "dapo", "trace"], seeds=1, home=str(tmp_path), run_id="lrn")
     ev = query(str(tmp_path), "select run_id, iteration, split, family, accuracy, episodes from evaluations")
     heldout = ev.filter((pl.col("split") == "heldout") & (pl.col("family") == "all"))
@@ -122,7 +122,7 @@ def test_equal_tokens_benchmark_smoke(prefect_server, tmp_path):
 
     tokens = 24 * 20
     cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=3", "tracking.log_model=false",
-                                                         f"allocation.budget_tokens={tokens}"])
+                                                         f"allocation.budget_tokens={tokens}", "run.threads=1"])
     compare_flow(cfg, strategies=["grpo", "trace"], seeds=1, home=str(tmp_path), run_id="tok")
     rows = query(str(tmp_path), "select strategy, iteration, budget_asked, budget_used, tokens from iterations "
                                 "order by strategy, iteration")

@@ -28,7 +28,7 @@ def _digest(home: Path, run_id: str) -> dict[str, str]:
 def test_lost_outputs_are_recomputed_on_resume(prefect_server, tmp_path):
     from flows.train import train_flow
 
-    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=2"])
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=2", "run.threads=1"])
     home, run = tmp_path / "home", tmp_path / "home" / "runs" / "r"
     train_flow(cfg, run_id="r", home=str(home))
     first = _digest(home, "r")

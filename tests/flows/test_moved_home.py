@@ -36,7 +36,7 @@ def _digest(home: Path) -> dict[str, str]:
 def test_moved_home_replays_every_stage(prefect_server, tmp_path):
     from flows.train import train_flow
 
-    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=1"])
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=1", "run.threads=1"])
     old, new = tmp_path / "old-home", tmp_path / "elsewhere" / "home"
     first = train_flow(cfg, run_id="m", home=str(old))
     digest = _digest(old)

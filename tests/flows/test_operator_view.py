@@ -27,7 +27,7 @@ def ran(prefect_server, tmp_path_factory):
 
     home = tmp_path_factory.mktemp("home")
     cfg = load_train_config(ROOT / "configs" / "small-ci.yaml",
-                            ["run.iterations=3", "run.eval_every=1", "run.keep_checkpoints=1"])
+                            ["run.iterations=3", "run.eval_every=1", "run.keep_checkpoints=1", "run.threads=1"])
     first = train_flow(cfg, run_id="ops", home=str(home))
     again = train_flow(cfg, run_id="ops", home=str(home))  # the same command again: a resume that replays
     return home, first, again
@@ -129,7 +129,7 @@ def test_prefect_runs_are_tagged_and_artifacts_rounded(ran):
 
     home, first, _ = ran
     cfg = load_train_config(ROOT / "configs" / "small-ci.yaml",
-                            ["run.iterations=3", "run.eval_every=1", "run.keep_checkpoints=1"])
+                            ["run.iterations=3", "run.eval_every=1", "run.keep_checkpoints=1", "run.threads=1"])
     want = {"run:ops", f"strategy:{cfg.allocation.strategy}", f"config:{config_hash(cfg)}"}
     runs = _flow_runs("ops")
     with get_client(sync_client=True) as client:

@@ -24,7 +24,7 @@ VOLATILE = ["created_at", "gen_seconds"]
 
 def _cmd(home: Path, run_id: str) -> list[str]:
     return [sys.executable, "-m", "flows.cli", "train", "--config", str(ROOT / "configs" / "small-ci.yaml"),
-            "--run-id", run_id, "--home", str(home)]
+            "--run-id", run_id, "--home", str(home), "--set", "run.threads=1"]
 
 
 def _env(state: Path) -> dict:

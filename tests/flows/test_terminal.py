@@ -27,7 +27,7 @@ def fresh_run(tmp_path_factory):
                DO_NOT_TRACK="true", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180")
     home = tmp / "home"
     proc = subprocess.run([sys.executable, "-m", "flows.cli", "train", "--config", str(ROOT / "configs" / "small-ci.yaml"),
-                           "--set", "run.iterations=1", "--home", str(home)],
+                           "--set", "run.iterations=1", "--set", "run.threads=1", "--home", str(home)],
                           cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return home, proc.stdout, proc.stderr

@@ -110,7 +110,7 @@ def test_tiny_deployment_runs_on_process_pool(tmp_path):
         assert nightly["entrypoint"] == "flows/train.py:scheduled_train"
 
         params = {"config_path": "configs/small-ci.yaml", "run_id": "pool", "home": str(home),
-                  "overrides": ["run.iterations=1", "run.eval_tasks=0"]}
+                  "overrides": ["run.iterations=1", "run.eval_tasks=0", "run.threads=1"]}
         out = _cli(env, "deployment", "run", DEPLOYMENT, "--params", json.dumps(params))
         flow_run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", out).group(1)
 

@@ -25,7 +25,8 @@ from trace_core.stages.results import (
 from trace_core.stages.run import RunRef, initial_checkpoint
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-SETS = ["run.eval_tasks=12", "allocation.budget_total=48"]
+# run.threads=1: small-ci's two torch threads wait for a core on a shared box (the stages 37 s -> 6 s)
+SETS = ["run.eval_tasks=12", "allocation.budget_total=48", "run.threads=1"]
 pytestmark = pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
                                 reason="shipped tiny checkpoint missing: run `trace-rl warmup`")
 

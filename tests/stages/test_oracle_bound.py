@@ -26,7 +26,7 @@ def test_oracle_values_are_sampled_rates_outside_the_budget(tmp_path):
     n = 4
     cfg = load_train_config(CONFIGS / "small-ci.yaml", [
         "run.eval_tasks=0", "run.candidate_pool=8", "allocation.budget_total=16", f"predictor.oracle_samples={n}",
-        "sampling.max_new_tokens=16", "env.max_turns=2"])
+        "sampling.max_new_tokens=16", "env.max_turns=2", "run.threads=1"])
     ref, ckpt = RunRef(str(tmp_path / "home"), "oracle"), initial_checkpoint(cfg)
     with Runtime(cfg) as rt:
         pred = it.refresh_predictor(ref, cfg, 0)

@@ -30,7 +30,7 @@ RUN = textwrap.dedent("""
     from trace_core.runtime import Runtime
     from trace_core.stages.run import RunRef, initial_checkpoint
     out = Path(sys.argv[1])
-    cfg = load_train_config(sys.argv[2], [])
+    cfg = load_train_config(sys.argv[2], ["run.threads=1"])
     ref = RunRef(str(out), "d")
     ck = initial_checkpoint(cfg)
     rt = Runtime(cfg)

@@ -33,7 +33,7 @@ def _corrupt(model) -> None:
 
 
 def test_update_retry_starts_from_the_input_checkpoint(tmp_path):
-    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.eval_tasks=0", "allocation.budget_total=48"])
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.eval_tasks=0", "allocation.budget_total=48", "run.threads=1"])
     ref = RunRef(str(tmp_path / "home"), "retry")
     ckpt = initial_checkpoint(cfg)
     rt = Runtime(cfg)  # a fresh process: the live policy is built from the checkpoint

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,12 @@ def _cfg() -> TrainConfig:
 
 
 @pytest.fixture
-def client(tmp_path, monkeypatch):
+def client(tmp_path, monkeypatch, template_db):
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     monkeypatch.chdir(tmp_path)  # a sqlite URI's default artifact root is ./mlruns
     from mlflow import MlflowClient
 
+    shutil.copy(template_db, tmp_path / "mlflow.db")  # migrated once (tests/tracking/conftest.py)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     return uri, MlflowClient(tracking_uri=uri)
 

@@ -3,6 +3,7 @@ trajectories: a3, a4; d1, d2 of two turns; f1, f2 continuing d1 after its first 
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -36,10 +37,11 @@ def test_trace_specs_follow_the_path_from_the_prompt(tmp_path):
     assert trajectory_traces(nodes, cap=4, seed=0) == trajectory_traces(nodes, cap=4, seed=0)  # seeded
 
 
-def test_traces_land_in_the_run_with_reward_assessments(tmp_path):
+def test_traces_land_in_the_run_with_reward_assessments(tmp_path, template_db):
     from mlflow import MlflowClient
 
     home = build_fixture_store(tmp_path / "home")
+    shutil.copy(template_db, tmp_path / "mlflow.db")  # migrated once (tests/tracking/conftest.py)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     exp = client.create_experiment("traces", artifact_location=(tmp_path / "mlartifacts").as_uri())  # not ./mlruns

@@ -33,6 +33,13 @@ def client(uri):
     return MlflowClient(tracking_uri=uri)
 
 
+def fresh_db(template: Path, path: Path) -> Path:
+    """A copy of the session's migrated store (``template_db``, tests/tracking/conftest.py)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(template, path)
+    return path
+
+
 def steps(c, mlflow_run_id, key):
     return sorted((m.step, m.value) for m in c.get_metric_history(mlflow_run_id, key))
 
@@ -42,20 +49,6 @@ def artifact_paths(c, mlflow_run_id, path=None):
     for f in c.list_artifacts(mlflow_run_id, path):
         out += artifact_paths(c, mlflow_run_id, f.path) if f.is_dir else [f.path]
     return out
-
-
-@pytest.fixture(scope="module")
-def template_db(tmp_path_factory) -> Path:
-    """An empty MLflow SQLite store, migrated once (~20 s on a busy 2-core box) and copied."""
-    path = tmp_path_factory.mktemp("template") / "mlflow.db"
-    client(f"sqlite:///{path}").search_experiments()
-    return path
-
-
-def fresh_db(template: Path, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(template, path)
-    return path
 
 
 @pytest.fixture(scope="module")

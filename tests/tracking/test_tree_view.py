@@ -20,6 +20,7 @@ from store_fixture import build_fixture_store  # noqa: E402
 
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser")
 runner = CliRunner()
+pytestmark = pytest.mark.slow  # a real headless Chromium per page (~20 s cold, ~5 s warm, at load ~5)
 
 
 def _browser() -> str:
