@@ -174,7 +174,9 @@ def train(
 def compare(
     config: Path = ConfigOpt,
     strategies: str = typer.Option(STRATEGIES, "--strategies", show_default=False,
-                                   help="Comma-separated strategies (default: all of " + STRATEGIES.replace(",", ", ") + ")."),
+                                   help="Comma-separated strategies (default: all of " + STRATEGIES.replace(",", ", ") + "); "
+                                   "NAME@N sets a uniform strategy's group size (grpo@4), NAME@oracleK feeds the "
+                                   "planner K sampled episodes per candidate instead of predictions (trace@oracle8)."),
     seeds: int = typer.Option(2, "--seeds", min=1, help="Seeds per strategy (confidence intervals over seeds)."),
     home: Path = HomeOpt,
     set_: list[str] = SetOpt,
@@ -189,10 +191,16 @@ def compare(
 
     _check_run_id(run_id)
     names = [s.strip() for s in strategies.split(",") if s.strip()]
-    unknown = [n for n in names if n not in strategy_names()]
-    if not names or unknown:
-        what = f"unknown strategy {unknown[0]!r}" if unknown else f"no strategy in {strategies!r}"
-        _fail(ValueError(f"--strategies: {what}; known: {', '.join(strategy_names())}"))
+    if not names:
+        _fail(ValueError(f"--strategies: no strategy in {strategies!r}; known: {', '.join(strategy_names())}"))
+    from flows.compare import parse_variant
+
+    try:  # NAME[@N][@oracleK]: a group size, the oracle bound
+        labels = [parse_variant(n, strategy_names()).label for n in names]
+    except ValueError as err:
+        _fail(ValueError(f"--strategies: {err}"))
+    if len(set(labels)) < len(labels):
+        _fail(ValueError(f"--strategies: a row is named twice in {strategies!r}"))
     cfg = _train_config(config, set_, home)
     from flows.lifecycle import temporary_server
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 
 import polars as pl
 from prefect import flow, get_run_logger, task
@@ -15,7 +16,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.train import named_run_id, train_flow
 from tasks.artifacts import name_flow_run, prefect_link_tags
-from trace_core.allocation.strategies import for_strategy
+from trace_core.allocation.strategies import for_strategy, strategy_names
 from trace_core.analysis.compare import comparison_markdown, comparison_table
 from trace_core.analysis.learning import at_budget, curve_frame, learning_markdown, learning_table, mean_ci
 from trace_core.config import TrainConfig
@@ -26,30 +27,82 @@ from tracking.mlflow_tracker import Tracker
 from tracking.plots_compare import plot_accuracy_vs_tokens, plot_effective_by_iteration, plot_learning_curves
 from tracking.run_tracker import trained_params
 
+# the strategies whose roots are ``group_size`` rollouts each (grpo's uniform roots, or pcl's pick)
+GROUP_SIZE_STRATEGIES = ("grpo", "dapo", "pcl", "treepo", "trace-prefix")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of a comparison: a strategy, optionally at its own group size (``grpo@4``) or with
+    the planner fed sampled success rates (``trace@oracle8``: ``predictor.oracle_samples``)."""
+
+    label: str
+    strategy: str
+    group_size: int | None = None
+    oracle_samples: int | None = None
+
+    def apply(self, base: TrainConfig) -> TrainConfig:
+        """``base`` as this row trains it: the shared allocation fields, the strategy's own section,
+        and the row's overrides."""
+        cfg = base.model_copy(deep=True)
+        cfg.allocation = for_strategy(base.allocation, self.strategy)
+        if self.group_size is not None:
+            cfg.allocation.group_size = self.group_size
+        if self.oracle_samples is not None:
+            cfg.predictor.oracle_samples = self.oracle_samples
+        return TrainConfig.model_validate(cfg.model_dump())
+
+
+def parse_variant(text: str, known: list[str]) -> Variant:
+    """``NAME[@N][@oracleK]``: strategy NAME, group size N (uniform-root strategies only),
+    K oracle samples per candidate; a ValueError says what is wrong in one line."""
+    name, *mods = [part.strip() for part in text.strip().split("@")]
+    if name not in known:
+        raise ValueError(f"unknown strategy {name!r} in {text!r}; known: {', '.join(known)}")
+    group = oracle = None
+    for mod in mods:
+        if mod.isdigit() and 1 <= int(mod) <= 64 and group is None:
+            if name not in GROUP_SIZE_STRATEGIES:
+                raise ValueError(f"{text!r}: {name} does not read a group size (only {', '.join(GROUP_SIZE_STRATEGIES)})")
+            group = int(mod)
+        elif re.fullmatch(r"oracle\d+", mod) and 1 <= int(mod[6:]) <= 64 and oracle is None:
+            oracle = int(mod[6:])
+        else:
+            raise ValueError(f"{text!r}: {mod!r} is neither a group size (1-64) nor oracleK (K 1-64), once each")
+    label = name + (f"@{group}" if group is not None else "") + (f"@oracle{oracle}" if oracle is not None else "")
+    return Variant(label, name, group, oracle)
+
 
 def child_run_id(compare_id: str, strategy: str, seed: int) -> str:
-    return f"{compare_id}-{strategy}-s{seed}"
+    """``strategy`` is the row's label; ``@`` (a variant's marker) becomes ``-`` in the run id."""
+    return f"{compare_id}-{strategy.replace('@', '-')}-s{seed}"
 
 
-def read_table(home: str, table: str, run_ids: list[str]) -> pl.DataFrame:
-    """The rows of ``table`` (iterations, evaluations) written by ``run_ids``."""
+def read_table(home: str, table: str, run_ids: list[str], labels: dict[str, str] | None = None) -> pl.DataFrame:
+    """The rows of ``table`` (iterations, evaluations) written by ``run_ids``; with ``labels``
+    (run id -> row label), the ``strategy`` column holds each run's row label (``grpo@4``)."""
     files = sorted(f for r in run_ids for f in (table_dir(home, table) / f"run_id={r}").glob("iteration=*/final.parquet"))
     if not files:
         return pl.DataFrame()
-    return pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed").filter(pl.col("run_id").is_in(run_ids))
+    rows = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed").filter(pl.col("run_id").is_in(run_ids))
+    if labels and "strategy" in rows.columns:
+        rows = rows.with_columns(pl.col("run_id").replace_strict(labels, default=pl.col("strategy")).alias("strategy"))
+    return rows
 
 
-def read_iterations(home: str, run_ids: list[str]) -> pl.DataFrame:
-    return read_table(home, "iterations", run_ids)
+def read_iterations(home: str, run_ids: list[str], labels: dict[str, str] | None = None) -> pl.DataFrame:
+    return read_table(home, "iterations", run_ids, labels)
 
 
-def learning_section(home: str, children: list[str], strategies: list[str], out) -> tuple[str, list]:
+def learning_section(home: str, children: list[str], strategies: list[str], out,
+                     labels: dict[str, str] | None = None) -> tuple[str, list]:
     """The learning curves of a comparison: table (markdown) and plots, from the children's
-    ``evaluations`` and ``iterations`` rows; empty when fewer than two evaluations were made."""
-    evals = read_table(home, "evaluations", children)
+    ``evaluations`` and ``iterations`` rows; empty when fewer than two evaluations were made.
+    The baseline row is plain ``grpo`` when present, else the first row."""
+    evals = read_table(home, "evaluations", children, labels)
     if evals.height == 0 or evals["iteration"].n_unique() < 2:
         return "", []
-    curves = curve_frame(read_iterations(home, children), evals)
+    curves = curve_frame(read_iterations(home, children, labels), evals)
     baseline = "grpo" if "grpo" in strategies else strategies[0]
     table, ctx = learning_table(curves, baseline=baseline, order=strategies)
     curves.write_csv(out / "learning_curves.csv")
@@ -92,7 +145,9 @@ def compare_flow(config: TrainConfig, strategies: list[str], seeds: int = 1, hom
 
     ``parallel``: 0 trains the children one after another in this process; N >= 1 fans them out as
     Ray tasks (prefect-ray), at most N at once on a local Ray, or on the cluster at ``ray_address``.
-    Every child is independent (own run id, seeds, process), so the numbers equal the serial run's."""
+    Every child is independent (own run id, seeds, process), so the numbers equal the serial run's.
+    A strategy may carry a variant (``grpo@4``: group size 4; ``trace@oracle8``: the oracle bound with 8
+    samples per candidate, ``parse_variant``): each variant is its own row of the tables."""
     if parallel < 0:
         raise ValueError(f"parallel must be >= 0, got {parallel}")
     base = TrainConfig.model_validate(config)
@@ -106,14 +161,18 @@ def compare_flow(config: TrainConfig, strategies: list[str], seeds: int = 1, hom
     # the config as the children log it: `model` states the loaded checkpoint's sizes and path, not
     # the size fields that only shape a model built from scratch
     parent.log_params({"strategies": ",".join(strategies), "seeds": seeds, **trained_params(base)})
-    jobs = []
+    variants = [parse_variant(s, strategy_names()) for s in strategies]
+    strategies = [v.label for v in variants]
+    if len(set(strategies)) < len(strategies):
+        raise ValueError(f"strategies: a row is named twice in {', '.join(strategies)}")
+    jobs, labels = [], {}
     for seed in range(seeds):
-        for strat in strategies:
-            cfg = base.model_copy(deep=True)  # each child: the shared section's settings its strategy reads
-            cfg.allocation = for_strategy(base.allocation, strat)
+        for var in variants:
+            cfg = var.apply(base)  # each child: the shared section's settings its strategy reads
             cfg.run.seed = base.run.seed + seed
-            jobs.append((TrainConfig.model_validate(cfg.model_dump()), child_run_id(cid, strat, seed)))
-            log.info("compare %s: %s seed %d -> run %s", cid, strat, seed, jobs[-1][1])
+            jobs.append((TrainConfig.model_validate(cfg.model_dump()), child_run_id(cid, var.label, seed)))
+            labels[jobs[-1][1]] = var.label
+            log.info("compare %s: %s seed %d -> run %s", cid, var.label, seed, jobs[-1][1])
     kw = {"home": home, "tracking_uri": tracking_uri, "parent_tracking_run": cid}
     if parallel:  # one Ray task per child, at most `parallel` at once on a local Ray (or all on a cluster)
         from prefect_ray import RayTaskRunner
@@ -124,13 +183,13 @@ def compare_flow(config: TrainConfig, strategies: list[str], seeds: int = 1, hom
             children = [f.result() for f in futures]
     else:
         children = [train_child.fn(c, r, **kw) for c, r in jobs]
-    iterations = read_iterations(home, children)
+    iterations = read_iterations(home, children, labels)
     table = comparison_table(iterations, order=strategies)
     out = RunRef(home, cid).artifacts_dir
     out.mkdir(parents=True, exist_ok=True)
     plots = [plot_effective_by_iteration(iterations, out / "effective_ratio_by_iteration.png"),
              plot_accuracy_vs_tokens(iterations, out / "accuracy_vs_tokens.png")]
-    learning, learning_files = learning_section(home, children, strategies, out)
+    learning, learning_files = learning_section(home, children, strategies, out, labels)
     md = "\n".join([f"# Strategy comparison {cid}", "",
                      f"{len(strategies)} strategies x {seeds} seed(s), {base.run.iterations} iterations, "
                      f"{base.allocation.budget_total} trajectories per iteration each; mean ± 95% CI over seeds.",

@@ -94,22 +94,25 @@ def test_learning_benchmark_smoke(prefect_server, tmp_path):
 
     cfg = load_train_config(CONFIGS / "small-ci.yaml", ["run.iterations=2", "run.eval_every=1",
                                                          "run.probe_tasks=4", "tracking.log_model=false", "run.threads=1"])
-    out = compare_flow(cfg, strategies=["grpo", "dapo", "trace"], seeds=1, home=str(tmp_path), run_id="lrn")
+    out = compare_flow(cfg, strategies=["grpo", "grpo@2", "dapo", "trace"], seeds=1, home=str(tmp_path), run_id="lrn")
     ev = query(str(tmp_path), "select run_id, iteration, split, family, accuracy, episodes from evaluations")
     heldout = ev.filter((pl.col("split") == "heldout") & (pl.col("family") == "all"))
-    assert sorted(set(heldout["iteration"].to_list())) == [0, 1, 2] and heldout.height == 9
+    assert sorted(set(heldout["iteration"].to_list())) == [0, 1, 2] and heldout.height == 12
     assert set(heldout["episodes"].to_list()) == {len(heldout_pool(cfg)) * cfg.run.eval_samples}
-    assert ev.filter(pl.col("split") == "probe").height == 9
+    assert ev.filter(pl.col("split") == "probe").height == 12
     md = out["report"]
     assert md.index("## Learning curves") < md.index("## Budget")
-    assert "tokens to target" in md and "| dapo | 1 |" in md
+    assert "tokens to target" in md and "| dapo | 1 |" in md and "| grpo@2 | 1 |" in md  # a variant is its own row
     art = tmp_path / "runs" / "lrn" / "artifacts"
     for name in ("learning_tokens.png", "learning_seconds.png", "learning.csv", "learning_curves.csv"):
         assert (art / name).is_file(), name
-    iters = query(str(tmp_path), "select strategy, sum(budget_used) as used from iterations group by 1")
-    used = dict(iters.iter_rows())
-    assert used["grpo"] == used["trace"] == 2 * cfg.allocation.budget_total
+    iters = query(str(tmp_path), "select run_id, sum(budget_used) as used from iterations group by 1")
+    used = {r.removeprefix("lrn-").removesuffix("-s0"): u for r, u in iters.iter_rows()}
+    assert used["grpo"] == used["grpo-2"] == used["trace"] == 2 * cfg.allocation.budget_total
     assert used["dapo"] >= used["grpo"]  # dynamic sampling pays for its refills
+    sizes = query(str(tmp_path), "select run_id, max(group_size) as n from trajectory_groups where origin = 'raw' "
+                                 "group by 1")
+    assert {r: n for r, n in sizes.iter_rows() if r.startswith("lrn-grpo")} == {"lrn-grpo-s0": 4, "lrn-grpo-2-s0": 2}
 
 
 def test_equal_tokens_benchmark_smoke(prefect_server, tmp_path):

@@ -1,0 +1,34 @@
+"""`compare --strategies` rows: a strategy at its own group size or under the oracle bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from flows.compare import child_run_id, parse_variant
+from trace_core.allocation import strategy_names
+from trace_core.config import TrainConfig
+
+
+def test_a_group_size_and_the_oracle_are_rows_of_their_own():
+    base = TrainConfig.model_validate({"allocation": {"strategy": "trace", "group_size": 8}})
+    four = parse_variant("grpo@4", strategy_names())
+    assert (four.label, four.strategy, four.group_size) == ("grpo@4", "grpo", 4)
+    cfg = four.apply(base)
+    assert (cfg.allocation.strategy, cfg.allocation.group_size, base.allocation.group_size) == ("grpo", 4, 8)
+    oracle = parse_variant("trace@oracle8", strategy_names()).apply(base)
+    assert (oracle.allocation.strategy, oracle.predictor.oracle_samples) == ("trace", 8)
+    assert parse_variant("grpo", strategy_names()).apply(base).allocation.group_size == 8
+    assert child_run_id("cmp", "grpo@4", 1) == "cmp-grpo-4-s1"
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("gpro@4", "unknown strategy 'gpro'"),
+    ("trace@4", "does not read a group size"),
+    ("grpo@0", "neither a group size"),
+    ("grpo@4@8", "neither a group size"),
+    ("grpo@oracle", "neither a group size"),
+])
+def test_a_malformed_row_is_one_line(text, says):
+    with pytest.raises(ValueError, match=says) as err:
+        parse_variant(text, strategy_names())
+    assert "\n" not in str(err.value)
