@@ -40,6 +40,7 @@ class Variant:
     strategy: str
     group_size: int | None = None
     oracle_samples: int | None = None
+    oracle_roots_only: bool = False
 
     def apply(self, base: TrainConfig) -> TrainConfig:
         """``base`` as this row trains it: the shared allocation fields, the strategy's own section,
@@ -50,27 +51,32 @@ class Variant:
             cfg.allocation.group_size = self.group_size
         if self.oracle_samples is not None:
             cfg.predictor.oracle_samples = self.oracle_samples
+            cfg.predictor.oracle_stages = "roots" if self.oracle_roots_only else "both"
         return TrainConfig.model_validate(cfg.model_dump())
 
 
 def parse_variant(text: str, known: list[str]) -> Variant:
-    """``NAME[@N][@oracleK]``: strategy NAME, group size N (uniform-root strategies only),
-    K oracle samples per candidate; a ValueError says what is wrong in one line."""
+    """``NAME[@N][@oracleK|@rootoracleK]``: strategy NAME, group size N (uniform-root strategies
+    only), K oracle samples per candidate prompt and open prefix (``rootoracle``: per candidate
+    prompt only, prefixes stay predicted); a ValueError says what is wrong in one line."""
     name, *mods = [part.strip() for part in text.strip().split("@")]
     if name not in known:
         raise ValueError(f"unknown strategy {name!r} in {text!r}; known: {', '.join(known)}")
     group = oracle = None
+    roots_only = False
     for mod in mods:
         if mod.isdigit() and 1 <= int(mod) <= 64 and group is None:
             if name not in GROUP_SIZE_STRATEGIES:
                 raise ValueError(f"{text!r}: {name} does not read a group size (only {', '.join(GROUP_SIZE_STRATEGIES)})")
             group = int(mod)
-        elif re.fullmatch(r"oracle\d+", mod) and 1 <= int(mod[6:]) <= 64 and oracle is None:
-            oracle = int(mod[6:])
+        elif (m := re.fullmatch(r"(root)?oracle(\d+)", mod)) and 1 <= int(m[2]) <= 64 and oracle is None:
+            oracle, roots_only = int(m[2]), bool(m[1])
         else:
-            raise ValueError(f"{text!r}: {mod!r} is neither a group size (1-64) nor oracleK (K 1-64), once each")
-    label = name + (f"@{group}" if group is not None else "") + (f"@oracle{oracle}" if oracle is not None else "")
-    return Variant(label, name, group, oracle)
+            raise ValueError(f"{text!r}: {mod!r} is neither a group size (1-64) nor oracleK / rootoracleK (K 1-64), "
+                             "once each")
+    label = (name + (f"@{group}" if group is not None else "")
+             + (f"@{'root' if roots_only else ''}oracle{oracle}" if oracle is not None else ""))
+    return Variant(label, name, group, oracle, roots_only)
 
 
 def child_run_id(compare_id: str, strategy: str, seed: int) -> str:

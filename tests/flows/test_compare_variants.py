@@ -16,7 +16,10 @@ def test_a_group_size_and_the_oracle_are_rows_of_their_own():
     cfg = four.apply(base)
     assert (cfg.allocation.strategy, cfg.allocation.group_size, base.allocation.group_size) == ("grpo", 4, 8)
     oracle = parse_variant("trace@oracle8", strategy_names()).apply(base)
-    assert (oracle.allocation.strategy, oracle.predictor.oracle_samples) == ("trace", 8)
+    assert (oracle.allocation.strategy, oracle.predictor.oracle_samples, oracle.predictor.oracle_stages) == (
+        "trace", 8, "both")
+    roots = parse_variant("trace@rootoracle4", strategy_names())
+    assert roots.label == "trace@rootoracle4" and roots.apply(base).predictor.oracle_stages == "roots"
     assert parse_variant("grpo", strategy_names()).apply(base).allocation.group_size == 8
     assert child_run_id("cmp", "grpo@4", 1) == "cmp-grpo-4-s1"
 

@@ -46,3 +46,17 @@ def test_oracle_values_are_sampled_rates_outside_the_budget(tmp_path):
             assert prefixes.oracle_tokens > 0
             assert all(np.isclose(rates, v).any() for v in alloc["flip"].to_list())
         assert prefixes.ext_used <= prefixes.ext_budget
+
+
+def test_a_roots_only_oracle_leaves_the_prefixes_predicted(tmp_path):
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", [
+        "run.eval_tasks=0", "run.candidate_pool=8", "allocation.budget_total=16", "predictor.oracle_samples=2",
+        "predictor.oracle_stages=roots", "sampling.max_new_tokens=16", "env.max_turns=2", "run.threads=1"])
+    ref, ckpt = RunRef(str(tmp_path / "home"), "oracle-roots"), initial_checkpoint(cfg)
+    with Runtime(cfg) as rt:
+        pred = it.refresh_predictor(ref, cfg, 0)
+        roots = it.allocate_roots(ref, cfg, 0, pred, ckpt, rt)
+        assert roots.oracle_tokens > 0
+        raw = it.generate_raw_rollouts(ref, cfg, 0, ckpt, roots, rt)
+        prefixes = it.score_prefixes(ref, cfg, 0, pred, roots, raw, ckpt, rt)
+        assert prefixes.oracle_tokens == 0  # predicted, not sampled

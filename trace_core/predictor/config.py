@@ -184,6 +184,9 @@ class PredictorConfig(BaseModel):
         "(this many episodes per candidate prompt and per open prefix) instead of predictions. The episodes are "
         "neither trained on nor counted in the budget; their tokens are reported apart (oracle_tokens of the "
         "root and prefix stages). 0 = off: the predictor decides.")
+    oracle_stages: Literal["both", "roots"] = Field(
+        "both", description="Where the oracle bound replaces predictions: both stages, or the roots only (the prompt "
+        "choice; prefixes stay predicted, and the bound costs oracle_samples episodes per candidate prompt only).")
     encoder_path: str | None = Field(
         None, description="hf_encoder only: local path of a Hugging Face encoder (never downloaded)."
     )

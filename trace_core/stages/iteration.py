@@ -225,7 +225,7 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     cands = prefix_candidates(nodes)
     v_node, flip, r, v = _prefix_values(load_predictor(predictor.path), nodes, cands, cfg)
     oracle_tokens = 0
-    if cfg.predictor.oracle_samples:  # the oracle bound: sampled, not predicted (stages.oracle)
+    if cfg.predictor.oracle_samples and cfg.predictor.oracle_stages == "both":  # sampled, not predicted (stages.oracle)
         if checkpoint is None or runtime is None:
             raise ValueError("predictor.oracle_samples: the oracle samples under the policy; pass checkpoint and runtime")
         v_node, flip, oracle_tokens = oracle_prefix_values(cfg, iteration, checkpoint, tasks_by_id(cfg, iteration),
