@@ -16,7 +16,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.train import named_run_id, train_flow
 from tasks.artifacts import name_flow_run, prefect_link_tags
-from trace_core.allocation.strategies import for_strategy, strategy_names
+from trace_core.allocation.strategies import GROUP_SIZE_STRATEGIES, for_strategy, strategy_names
 from trace_core.analysis.compare import comparison_markdown, comparison_table
 from trace_core.analysis.learning import at_budget, curve_frame, learning_markdown, learning_table, mean_ci
 from trace_core.config import TrainConfig
@@ -26,9 +26,6 @@ from tracking.links import git_state
 from tracking.mlflow_tracker import Tracker
 from tracking.plots_compare import plot_accuracy_vs_tokens, plot_effective_by_iteration, plot_learning_curves
 from tracking.run_tracker import trained_params
-
-# the strategies whose roots are ``group_size`` rollouts each (grpo's uniform roots, or pcl's pick)
-GROUP_SIZE_STRATEGIES = ("grpo", "dapo", "pcl", "treepo", "trace-prefix")
 
 
 @dataclass(frozen=True)

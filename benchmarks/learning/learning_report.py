@@ -12,10 +12,12 @@ CSVs to ``--out``.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import polars as pl
 
+from trace_core.allocation.strategies import run_label
 from trace_core.analysis.learning import at_budget, curve_frame, learning_markdown, learning_table, mean_ci
 from trace_core.home.layout import table_dir
 from tracking.plots_compare import plot_learning_curves
@@ -32,19 +34,27 @@ def main() -> None:
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--prefix", default="", help="only runs whose id starts with this")
     ap.add_argument("--out", type=Path, default=None, help="directory for plots and CSVs")
-    ap.add_argument("--baseline", default="grpo")
+    ap.add_argument("--baseline", default="grpo", help="the row the others are paired with (e.g. grpo@4)")
     args = ap.parse_args()
     evals, iters = _read(args.home, "evaluations", args.prefix), _read(args.home, "iterations", args.prefix)
     runs = _read(args.home, "runs", args.prefix)
     if evals.height == 0:
         raise SystemExit(f"no evaluations under {args.home} for prefix {args.prefix!r}")
-    # pair by run seed: a run's id becomes <strategy>-s<seed>
-    rename = {r["run_id"]: f"{r['strategy']}-s{r['seed']}" for r in runs.iter_rows(named=True)}
-    evals = evals.with_columns(pl.col("run_id").replace_strict(rename, default=pl.col("run_id")))
-    iters = iters.with_columns(pl.col("run_id").replace_strict(rename, default=pl.col("run_id")))
+    # pair by run seed: a run's id becomes <row>-s<seed>, its row the strategy with compare's variant
+    # marks (grpo@4 when the runs hold several group sizes, trace@rootoracle4: run_label)
+    configs = {r["run_id"]: json.loads(r["config_json"] or "{}") for r in runs.iter_rows(named=True)}
+    sizes = {c.get("allocation", {}).get("group_size") for c in configs.values()}
+    label = {r: run_label(c, len(sizes) > 1) for r, c in configs.items()}
+    seed = {r["run_id"]: r["seed"] for r in runs.iter_rows(named=True)}
+    rename = {r: f"{label[r]}-s{seed[r]}" for r in configs}
+    evals, iters = (f.with_columns(pl.col("run_id").replace_strict(label, default=pl.col("strategy")).alias("strategy"),
+                                   pl.col("run_id").replace_strict(rename, default=pl.col("run_id")))
+                    for f in (evals, iters))
     curves = curve_frame(iters, evals)
-    order = [s for s in (args.baseline, "trace", "dapo", "pcl", "treepo", "trace-root", "trace-prefix")
-             if s in set(curves["strategy"].to_list())]
+    rows = sorted(set(curves["strategy"].to_list()))
+    if args.baseline not in rows:
+        raise SystemExit(f"--baseline {args.baseline!r} is not a row here; rows: {', '.join(rows)}")
+    order = [args.baseline, *[r for r in rows if r != args.baseline]]
     table, ctx = learning_table(curves, baseline=args.baseline, order=order)
     print(learning_markdown(table, ctx))
     print()

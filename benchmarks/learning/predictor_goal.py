@@ -14,7 +14,7 @@ flip rates per bin, beside the paper's ``r(1-V) + (1-r)V``. Goals: root and pref
 AUC >= 0.80 and ECE <= 0.05 from iteration 1, reported per iteration and as the mean.
 
 Sources:
-* ``--run-dir HOME``: node rows of a real run, Parquet shards ``HOME/shards/nodes/run=*/iter=*/final.parquet``
+* ``--run-dir HOME``: node rows of a real run, Parquet shards ``HOME/shards/nodes/run_id=*/iteration=*/final.parquet``
   (``--run-id`` picks one run when the home holds several);
 * ``--source synthetic`` (default): SYNTHETIC latent-logit trees from
   ``trace_core.predictor.synthetic`` — not the tiny policy; the figures show the machinery works.
@@ -54,9 +54,9 @@ POOLED: dict[str, list] = {}  # kind -> [(iteration, p, y, w)], every prospectiv
 
 
 def load_run(run_dir: Path, run_id: str | None) -> pl.DataFrame:
-    files = sorted(run_dir.glob(f"shards/nodes/run={run_id or '*'}/iter=*/final.parquet"))
+    files = sorted(run_dir.glob(f"shards/nodes/run_id={run_id or '*'}/iteration=*/final.parquet"))
     if not files:
-        raise SystemExit(f"no node shards under {run_dir}/shards/nodes/run={run_id or '*'}/iter=*/final.parquet")
+        raise SystemExit(f"no node shards under {run_dir}/shards/nodes/run_id={run_id or '*'}/iteration=*/final.parquet")
     return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
 
 
@@ -210,7 +210,7 @@ def summary(results: dict) -> list[tuple[str, float, float, bool]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run-dir", default=None, help="run home with shards/nodes/run=*/iter=*/final.parquet")
+    ap.add_argument("--run-dir", default=None, help="run home with shards/nodes/run_id=*/iteration=*/final.parquet")
     ap.add_argument("--run-id", default=None, help="one run of that home (default: every run in it)")
     ap.add_argument("--source", choices=["synthetic"], default="synthetic")
     ap.add_argument("--cell-prior", default=None, help="held-out per-cell outcomes before training (parquet/csv)")

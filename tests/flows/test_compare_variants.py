@@ -35,3 +35,12 @@ def test_a_malformed_row_is_one_line(text, says):
     with pytest.raises(ValueError, match=says) as err:
         parse_variant(text, strategy_names())
     assert "\n" not in str(err.value)
+
+
+def test_a_stored_run_names_its_row_from_its_config():
+    from trace_core.allocation.strategies import run_label
+
+    grpo4 = parse_variant("grpo@4", strategy_names()).apply(TrainConfig()).model_dump()
+    oracle = parse_variant("trace@rootoracle4", strategy_names()).apply(TrainConfig()).model_dump()
+    assert run_label(grpo4, group_sizes_differ=True) == "grpo@4" and run_label(grpo4) == "grpo"
+    assert run_label(oracle, group_sizes_differ=True) == "trace@rootoracle4"
