@@ -359,6 +359,18 @@ RESULT_SECTIONS: list[tuple[str, str, Callable[[Path], str], str, str]] = [
      "family's rate, AUC within a family 0.86 (`benchmarks/learning/predictor_kinds.py`); see the "
      "[experiments log](experiments.md), point 11.\n\n"
      "![learning curves, epochs setting](results/learning-epochs/learning_tokens.png)"),
+    ("The oracle bound on fresh prompts (seeds 1–2, indicative)", "learning-fresh-oracle.csv", _plain_table,
+     "`trace-rl compare --config configs/learning-tiny.yaml --strategies trace@rootoracle4,grpo@4,trace --set "
+     "run.seed=1 --set run.eval_every=5 --seeds 2 --parallel 2` (stopped after 4 of its 6 children: the time "
+     "ran out), beside the stored GRPO-8 and TRACE runs of the 6-seed table for the same run seeds. The root "
+     "oracle samples every one of the 384 candidates 4 times under the current policy each iteration (1,536 "
+     "episodes, twice the counted budget, neither trained on nor counted) and plans on those rates; the "
+     "prefixes stay predicted.",
+     "Perfect-ish root prediction buys nothing measurable here: the oracle finds 60 contrastive prompts a "
+     "step against TRACE's 55 and the best uniform GRPO's 49, and every row ends within a point of the "
+     "others (one evaluation's SE is ~1.5 points). The issue's figure (TRACE recovers half of the oracle's "
+     "gain over the best uniform GRPO) has no gain to recover at this budget; the "
+     "[experiments log](experiments.md), point 11, says what that implies."),
     ("Twice as long (20 iterations, 6 seeds)", "learning-tiny-20it.csv", _plain_table,
      "The same with `--set run.iterations=20 --set run.eval_every=5`, GRPO and TRACE side by side in each "
      "comparison.",
