@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import torch
 
 from trace_core.advantages.estimators import compute_advantages
 from trace_core.allocation.planner import (
@@ -61,7 +60,7 @@ from trace_core.stages.results import (
     RootAllocation,
     Verified,
 )
-from trace_core.stages.run import RunRef, bounded_seed, iteration_seed
+from trace_core.stages.run import RunRef, bounded_seed, iteration_seed, torch_seeded
 from trace_core.stages.spending import previous_continuations, spent_tokens
 from trace_core.stages.update import update_policy as update_policy  # (7), in its own module
 from trace_core.stages.versions import (
@@ -118,12 +117,12 @@ def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int, prior: Eval
     ``prior``: the held-out evaluation before training, whose per-(family, difficulty) outcomes
     make iteration 0 not blind (the run has measured them anyway, at no extra rollout cost)."""
     t0 = time.perf_counter()
-    torch.manual_seed(bounded_seed(iteration_seed(cfg, iteration, "predictor")))
-    prev = ref.predictor(iteration - 1) if iteration > 0 else None
-    predictor = load_predictor(str(prev)) if prev is not None and prev.is_file() else make_predictor(cfg.predictor)
     history = history_nodes(ref, iteration, max_version=rollout_version(iteration, cfg.run.max_staleness))
     cells = _cell_prior(prior)
-    report = predictor.fit(history, cell_prior=cells)
+    with torch_seeded(bounded_seed(iteration_seed(cfg, iteration, "predictor"))):  # the fit's draws: its own
+        prev = ref.predictor(iteration - 1) if iteration > 0 else None
+        predictor = load_predictor(str(prev)) if prev is not None and prev.is_file() else make_predictor(cfg.predictor)
+        report = predictor.fit(history, cell_prior=cells)
     path = predictor.save(ref.predictor(iteration))
     seen = outcome_version(history)  # the prior is the warm start's (version 0) held-out outcomes
     seen = seen if seen is not None else (0 if cells is not None else None)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 
 import polars as pl
-import torch
 
 from trace_core.allocation import get_strategy
 from trace_core.config import TrainConfig
@@ -23,7 +22,7 @@ from trace_core.policy.update import update_policy as clipped_update
 from trace_core.runtime import Runtime
 from trace_core.stages.prompt_pools import tasks_by_id
 from trace_core.stages.results import PolicyUpdate, Verified
-from trace_core.stages.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed
+from trace_core.stages.run import RunRef, bounded_seed, initial_checkpoint, iteration_seed, seed_torch
 from trace_core.stages.versions import checkpoint_version, stale_trajectories, staleness
 
 
@@ -59,7 +58,7 @@ def update_policy(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str
         optimizer, scheduler = make_optimizer(pol.model, cfg.update)
         if has_trainer_state(checkpoint):  # continue the optimizer of the last update
             load_checkpoint(checkpoint, pol.model, optimizer=optimizer, scheduler=scheduler, restore_rng=False)
-        torch.manual_seed(bounded_seed(seed))
+        seed_torch(bounded_seed(seed))  # not amid a predictor fit's draws (the pipeline runs one beside it)
         ref_model = reference_policy(reference, str(next(pol.model.parameters()).device)) if reference else None
         stats = clipped_update(pol.model, optimizer, scheduler, seqs, cfg.update, pad_id=pol.tokenizer.pad_token_id,
                                seed=seed, ref_model=ref_model, correct=correct)
