@@ -83,3 +83,19 @@ def test_mlflow_records_staleness_waits_and_importance_ratios_once(piped):
         assert steps == list(range(cfg.run.iterations)), key
     lags = {m.step: m.value for m in client.get_metric_history(run_id, "pipeline/staleness_max")}
     assert lags == {0: 0.0, 1: 1.0, 2: 1.0}
+
+
+def test_the_documented_staleness_query_answers(piped):
+    """The SQL example of docs/concepts/pipeline.md on the run's store: one row per iteration,
+    the update's staleness 0, 1, 1 and the plan's within it."""
+    from trace_core.store import ensure_catalog, query
+
+    home, _, _ = piped
+    page = (Path(__file__).resolve().parents[2] / "docs" / "concepts" / "pipeline.md").read_text()
+    sql = page.split("```sql\n", 1)[1].split("```", 1)[0]
+    ensure_catalog(home)
+    f = query(home, sql, {"run_id": "pipe"})
+    assert f["iteration"].to_list() == [0, 1, 2]
+    assert f["update_staleness"].to_list() == [0, 1, 1]
+    assert f["plan_staleness"].to_list() == [0, 0, 1]
+    assert (f["wasted"] <= f["trajectories"]).all()
