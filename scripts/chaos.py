@@ -15,12 +15,16 @@ say nothing was lost or doubled.
 3. The final node table equals the reference's (timing columns aside), no node twice; every MLflow
    (key, step) of the run is recorded exactly once and the keys and steps are the reference's.
 
-Exit 0 and one summary line when both checks pass; 1 with the differences otherwise.
+All commands share one Prefect server that this script starts (a server start is tens of
+seconds on a loaded machine; each command's own temporary server and its stop on signals are
+tested by tests/cli/test_signals_train.py). Exit 0 and one summary line when both checks pass; 1
+with the differences otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import signal
@@ -73,7 +77,7 @@ class Chaos:
         self.rng = random.Random(args.seed)
         self.env = dict(os.environ, PYTHONPATH=str(ROOT), PREFECT_HOME=str(out / "prefect"),
                         MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true",
-                        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300")
+                        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300", PYTHONUNBUFFERED="1")
         self.env.pop("PREFECT_API_URL", None)
         self.log = open(out / "chaos.log", "a")  # noqa: SIM115 - the commands' output, kept for a post-mortem
 
@@ -231,6 +235,13 @@ def main() -> int:
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="trace-chaos-"))
     out.mkdir(parents=True, exist_ok=True)
+    os.environ["PREFECT_HOME"] = str(out / "prefect")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")
+    sys.path.insert(0, str(ROOT))
+    from prefect.settings import PREFECT_API_URL
+
+    from flows.lifecycle import temporary_server
+
     chaos = Chaos(args, out)
     kinds = [k for k in args.kinds.split(",") if k]
     clean_home, home = out / "clean", out / "chaos"
@@ -239,7 +250,11 @@ def main() -> int:
         print("full-disk faults left out: a tmpfs needs root and mount", flush=True)
         kinds.remove("full-disk")
     t0 = time.monotonic()
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(temporary_server())
+        chaos.env["PREFECT_API_URL"] = PREFECT_API_URL.value()
+        if mounted:
+            stack.callback(subprocess.run, ["umount", "-l", str(home)], capture_output=True)
         chaos.run_clean(clean_home, RUN_ID)
         problems, done = [], []
         for k in range(args.faults):
@@ -267,9 +282,6 @@ def main() -> int:
         if set(counts) != set(ref):
             problems.append(f"MLflow (key, step) differ from the reference: missing {sorted(set(ref) - set(counts))[:5]}, "
                             f"extra {sorted(set(counts) - set(ref))[:5]}")
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(home)], capture_output=True)
     kinds_done = {k: sum(w.startswith(k) for w in done) for k in FAULTS}
     print(f"{len(done)} faults ({', '.join(f'{k} {n}' for k, n in kinds_done.items() if n)}) over a "
           f"{args.iterations}-iteration pipelined run in {time.monotonic() - t0:.0f} s; nodes {got.height} "
