@@ -77,18 +77,20 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="trace-bench-pipeline-"))
     os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "900")
+    from flows.lifecycle import temporary_server
     from trace_core.config import load_train_config
 
     cfg = load_train_config(args.config, [f"run.iterations={args.iterations}", *POOL, *args.overrides])
     print(f"config {args.config} x {args.iterations} iterations, {' '.join(POOL + args.overrides)}; {load()}")
     runs = []
-    for r in range(args.repeats):
-        for s in (0, 1):
-            res = one_run(cfg, s, home, f"bench-s{s}-r{r}")
-            runs.append(res)
-            print(f"S={s} repeat {r}: {res['per_iter']:.2f} s / iteration (flow {res['flow']:.1f} s incl. start "
-                  f"and evaluations); {res['load']}")
+    with temporary_server():  # one server for every run (its start is not what is measured)
+        for r in range(args.repeats):
+            for s in (0, 1):
+                res = one_run(cfg, s, home, f"bench-s{s}-r{r}")
+                runs.append(res)
+                print(f"S={s} repeat {r}: {res['per_iter']:.2f} s / iteration (flow {res['flow']:.1f} s incl. Ray "
+                      f"start and evaluations); {res['load']}", flush=True)
     sync = [x["per_iter"] for x in runs if x["S"] == 0]
     pipe = [x["per_iter"] for x in runs if x["S"] == 1]
     ratio = (sum(pipe) / len(pipe)) / (sum(sync) / len(sync))

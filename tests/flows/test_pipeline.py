@@ -1,4 +1,4 @@
-"""The pipelined flow (run.max_staleness = 1) on the shipped tiny checkpoint and the Ray pool,
+"""The pipelined flow (run.max_staleness = 1) on the shipped tiny checkpoint (in-process rollouts),
 under a real (temporary) Prefect server: the staleness bound holds node by node, the rollout
 side of the next iteration overlaps the update in Prefect's task runs, the plan reads only
 outcomes from its past, and MLflow records the staleness, the waits and the importance ratios."""
@@ -14,7 +14,7 @@ from trace_core.config import load_train_config
 from trace_core.policy.model import TINY_WARM_DIR
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-PIPELINE = ["run.max_staleness=1", "run.iterations=3", "run.threads=1", "run.rollout_workers=1", "run.eval_tasks=4"]
+PIPELINE = ["run.max_staleness=1", "run.iterations=3", "run.threads=1", "run.eval_tasks=4"]
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
                                                    reason="shipped tiny checkpoint missing: run `trace-rl warmup`")]
 
