@@ -49,9 +49,11 @@ def test_update_never_trains_on_nodes_older_than_the_bound(piped):
 def test_next_rollouts_run_beside_the_update_in_prefect(piped):
     """Prefect's task runs: the rollout side of iteration 1 starts before update 0 ends."""
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
 
-    with get_client(sync_client=True) as client:
-        runs = {r.name: r for r in client.read_task_runs() if r.name.endswith(("pipe iter 0", "pipe iter 1"))}
+    with get_client(sync_client=True) as client:  # the session's server holds other modules' runs too
+        found = client.read_task_runs(task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="pipe iter")))
+    runs = {r.name: r for r in found if r.name.endswith(("pipe iter 0", "pipe iter 1"))}
     update0 = runs["update-policy pipe iter 0"]
     first1 = runs["refresh-predictor pipe iter 1"]
     assert first1.start_time < update0.end_time, (first1.start_time, update0.start_time, update0.end_time)
