@@ -6,12 +6,18 @@ reach it, so the run can still report its final state) and gets SIGTERM from the
 this process dies, even by kill -9 (``PR_SET_PDEATHSIG``, Linux). A signal to ``train`` raises
 ``Interrupted`` in the main thread: the flow is marked crashed, the server is stopped, and the
 command exits 128 + signal number with one line.
+
+Servers that share a Prefect home (the default ``~/.prefect``) start one at a time: the first
+start of a fresh home creates and migrates its database, and two migrations at once fail (the
+loser exits with code 3). A file lock in the home (``server-start.lock``) is held from a server's
+start until it answers; the next one then finds the database migrated.
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import fcntl
 import os
 import signal
 import socket
@@ -20,6 +26,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 class Interrupted(KeyboardInterrupt):
@@ -50,19 +57,38 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 @contextmanager
+def start_lock(home: Path) -> Iterator[None]:
+    """Held while a server of the Prefect home ``home`` starts (an exclusive ``flock``, released
+    when the process dies, even by kill -9: a crashed starter never blocks the next)."""
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / "server-start.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextmanager
 def temporary_server() -> Iterator[None]:
     """A local Prefect API for the block (unless ``PREFECT_API_URL`` names one), stopped at exit."""
-    import httpx
-    import prefect
-    from prefect.settings import (
-        PREFECT_API_URL,
-        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
-        temporary_settings,
-    )
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
     if PREFECT_API_URL.value():
         yield
         return
+    with start_lock(Path(PREFECT_HOME.value())):  # one migration at a time
+        proc, url = _start_server()
+    with temporary_settings({PREFECT_API_URL: url}):
+        yield
+
+
+def _start_server() -> tuple[subprocess.Popen, str]:
+    """Start a local Prefect API on a free port; return it with its URL once it answers."""
+    import httpx
+    import prefect
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -92,8 +118,7 @@ def temporary_server() -> Iterator[None]:
     except BaseException:
         _stop(proc)
         raise
-    with temporary_settings({PREFECT_API_URL: url}):
-        yield
+    return proc, url
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -8,6 +8,9 @@
         trees      <- K continuations from each chosen prefix           (5)
         r, A       <- verified rewards, subtree means, advantages       (6)
         policy     <- clipped-surrogate update on the trees             (7)
+
+With ``run.max_staleness`` S > 0, (1)-(6) of iteration i + 1 run while (7) of iteration i trains,
+on the weights of version max(0, i + 1 - S) (``flows.pipeline``); S = 0 is the loop below.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect import tags as prefect_tags
 
+from flows.ending import IterationEnd, eval_plan
+from flows.pipeline import pipelined_iterations
 from tasks.artifacts import (
     iteration_tag,
     name_flow_run,
     prefect_link_tags,
-    publish_iteration,
     publish_mlflow_link,
     run_tags,
     tag_flow_run,
@@ -34,28 +38,17 @@ from trace_core.config import TrainConfig, load_train_config
 from trace_core.config.io import config_hash
 from trace_core.home.lock import hold_run_lock
 from trace_core.home.run_row import recording_run
-from trace_core.policy.checkpoint import retire_checkpoints
 from trace_core.runtime import Runtime
-from trace_core.stages.results import Evaluation, IterationResults, IterationTiming
+from trace_core.stages.results import Evaluation, IterationResults
 from trace_core.stages.run import RunRef, check_run_id, initial_checkpoint, new_run_id
 from trace_core.store import ensure_catalog
-from tracking.run_tracker import RunTracker, wall_metrics
-
-
-def eval_plan(cfg: TrainConfig) -> str:
-    return f"{cfg.run.eval_tasks} prompts x {cfg.run.eval_samples} samples"
+from tracking.run_tracker import RunTracker
 
 
 def eval_result(ev: Evaluation) -> str:
     if ev.accuracy is None:
         return "off (run.eval_tasks = 0)"
     return f"{ev.accuracy:.1%} over {ev.episodes} episodes in {ev.seconds:.1f} s"
-
-
-def overhead_split(results: IterationResults, accuracy: Evaluation, wall: float) -> IterationTiming:
-    """Seconds per stage (work inside the tasks, shard writes included) and what is left of the
-    iteration's wall time: orchestration (Prefect), tracking and artifacts."""
-    return IterationTiming(stages=results.stage_seconds(), evaluate_s=accuracy.seconds, iteration_s=wall)
 
 
 def run_name() -> str:
@@ -120,38 +113,25 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
         log.info("held-out accuracy before training: %s", eval_result(before))
         tracker.log_evaluation(accuracy, trained=0)
         publish_mlflow_link(ref.run_id, tracker.mlflow_link())  # the MLflow run, from the Prefect UI
-        history, timings = [], []  # the `iterations` table rows; this process's wall-time splits
+        end = IterationEnd(t, ref, cfg, rt, tracker, log, before, accuracy)  # evaluate, record, track, retire
         run = StageRunner(log, ref.home)  # a cached stage whose shard or checkpoint is gone is recomputed
-        for i in range(cfg.run.iterations):
-            t_iter = time.perf_counter()
-            run.next_iteration(tags=[*tags, iteration_tag(i)])
-            predictor = run(t.refresh_predictor, ref, cfg, i, before)                              # (1)
-            roots = run(t.allocate_roots, ref, cfg, i, predictor, checkpoint, rt)                  # (2)
-            raw = run(t.generate_raw_rollouts, ref, cfg, i, checkpoint, roots, rt)                 # (3)
-            prefixes = run(t.score_prefixes, ref, cfg, i, predictor, roots, raw, checkpoint, rt)   # (4)
-            extensions = run(t.extend_and_refill, ref, cfg, i, checkpoint, raw, prefixes, rt)      # (5)
-            verified = run(t.verify_rewards, ref, cfg, i, predictor, roots, raw, prefixes, extensions, rt)  # (6)
-            update = run(t.update_policy, ref, cfg, i, checkpoint, verified, rt)                   # (7)
-            checkpoint = update.checkpoint
-
-            last = i == cfg.run.iterations - 1
-            due = last or (cfg.run.eval_every and (i + 1) % cfg.run.eval_every == 0)
-            if due:
-                log.info("held-out evaluation after iter %d: %s", i, eval_plan(cfg))
-            accuracy = run(t.evaluate, cfg, checkpoint, rt) if due else Evaluation()
-            results = IterationResults(predictor=predictor, roots=roots, raw=raw, prefixes=prefixes,
-                                       extensions=extensions, verified=verified, update=update)
-            row = run(t.record_iteration, ref, cfg, i, results, accuracy, before if i == 0 else None)
-            publish_iteration(ref, cfg, i, results, row)
-            tracker.log_iteration(i, results, row)  # step = iteration, as in the store
-            tracker.log_evaluation(accuracy, trained=i + 1)
-            timing = overhead_split(results, accuracy, time.perf_counter() - t_iter)
-            tracker.log(wall_metrics(timing), step=i, group="wall")
-            history.append(row)
-            timings.append(timing)
-            scored = {r["iteration"]: r.get("accuracy") for r in history}  # retention: newest N + best
-            retire_checkpoints(ref.run_dir / "checkpoints", scored, cfg.run.keep_checkpoints,
-                               cfg.run.keep_best_checkpoint, newest=i)
+        if cfg.run.max_staleness:  # rollouts of the next iterations while this one's update trains
+            checkpoint = pipelined_iterations(t, ref, cfg, rt, run, end, tags, checkpoint)
+        else:
+            for i in range(cfg.run.iterations):
+                t_iter = time.perf_counter()
+                run.next_iteration(tags=[*tags, iteration_tag(i)])
+                predictor = run(t.refresh_predictor, ref, cfg, i, before)                              # (1)
+                roots = run(t.allocate_roots, ref, cfg, i, predictor, checkpoint, rt)                  # (2)
+                raw = run(t.generate_raw_rollouts, ref, cfg, i, checkpoint, roots, rt)                 # (3)
+                prefixes = run(t.score_prefixes, ref, cfg, i, predictor, roots, raw, checkpoint, rt)   # (4)
+                extensions = run(t.extend_and_refill, ref, cfg, i, checkpoint, raw, prefixes, rt)      # (5)
+                verified = run(t.verify_rewards, ref, cfg, i, predictor, roots, raw, prefixes, extensions, rt)  # (6)
+                update = run(t.update_policy, ref, cfg, i, checkpoint, verified, rt)                   # (7)
+                checkpoint = update.checkpoint
+                end(run, i, IterationResults(predictor=predictor, roots=roots, raw=raw, prefixes=prefixes,
+                                             extensions=extensions, verified=verified, update=update), t_iter)
+        history, timings, accuracy = end.history, end.timings, end.accuracy
         ensure_catalog(ref.home)  # current again if a damaged shard was left out at the start
         report = tracker.finish(history, checkpoint=checkpoint)
         return {"run_id": ref.run_id, "home": ref.home, "checkpoint": checkpoint, "iterations": history,

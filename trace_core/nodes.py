@@ -63,6 +63,7 @@ NODE_SCHEMA: dict[str, pl.DataType] = {
     "answered": pl.Boolean,  # a final answer was given at this node
     "gen_seconds": pl.Float32,
     "created_at": pl.Datetime("us"),
+    "policy_version": pl.Int32,  # the weights that generated the node: 0 = the start, i + 1 = after update i
 }
 
 

@@ -3,6 +3,9 @@
     environments   one per family (the QA search index is built once)
     live policy    the checkpoint's model, tokenizer, chat format and engine (``policy.live``)
     rollouts       where episodes are generated: this process, or the Ray pool of rollout workers
+    evaluation     where held-out episodes are scored: the rollouts, except in a pipelined run
+                   without workers (run.max_staleness > 0), where the rollout side samples on a
+                   policy of its own while the update trains, and evaluation uses the trainer's
 
 The flow builds one ``Runtime`` and passes it to every stage that generates, verifies or trains;
 stages stay functions of their inputs (a record in, a record out), and the runtime is kept out of
@@ -63,6 +66,7 @@ class Runtime:
         self.live = LivePolicy(cfg)  # shared by local rollouts and the update: one model in memory
         self._envs: dict[str, Env] | None = None
         self._rollouts: Rollouts | None = None
+        self._evaluation: Rollouts | None = None
 
     @property
     def envs(self) -> dict[str, Env]:
@@ -75,9 +79,21 @@ class Runtime:
         """The run's rollouts: a Ray pool of ``run.rollout_workers`` (>= 1) workers, else local."""
         if self._rollouts is None:
             cfg = self.cfg
+            # pipelined, the rollout side samples while the update trains: a model of its own
+            live = LivePolicy(cfg) if cfg.run.max_staleness else self.live
             self._rollouts = (RolloutPool(cfg) if cfg.run.rollout_workers
-                              else LocalRollouts(self.live, self.envs, engine=cfg.run.engine, threads=cfg.run.threads))
+                              else LocalRollouts(live, self.envs, engine=cfg.run.engine, threads=cfg.run.threads))
         return self._rollouts
+
+    @property
+    def evaluation(self) -> Rollouts:
+        """Where held-out episodes are scored: ``rollouts``, but the trainer's own policy in a
+        pipelined run without workers (its rollout side's policy is busy at older weights)."""
+        if self._evaluation is None:
+            cfg = self.cfg
+            self._evaluation = (LocalRollouts(self.live, self.envs, engine=cfg.run.engine, threads=cfg.run.threads)
+                                if cfg.run.max_staleness and not cfg.run.rollout_workers else self.rollouts)
+        return self._evaluation
 
     def policy(self, checkpoint: str, *, fresh: bool = False) -> Policy:
         """The flow process's policy at ``checkpoint`` (engine ``run.flow_engine``)."""
@@ -87,7 +103,7 @@ class Runtime:
         """Stop the rollout workers (and the local Ray the pool started, if any); drop the policy."""
         if isinstance(self._rollouts, RolloutPool):
             self._rollouts.close()
-        self._rollouts = None
+        self._rollouts = self._evaluation = None
         self.live.forget()
 
     def __enter__(self) -> Runtime:

@@ -39,7 +39,7 @@ def evaluation_metrics(accuracy: Evaluation) -> dict[str, float]:
 
 
 def wall_metrics(timing: IterationTiming) -> dict[str, float]:
-    """This process's wall times of an iteration (``flows.train.overhead_split``): the whole
+    """This process's wall times of an iteration (``flows.ending.overhead_split``): the whole
     iteration, orchestration + tracking overhead, evaluation. The per-stage wall times equal the
     stages' own ``time/<stage>_s`` and are not logged twice."""
     return {"time/iteration_s": timing.iteration_s, "time/overhead_s": timing.overhead_s,

@@ -64,6 +64,12 @@ class RunConfig(BaseModel):
         description="Seconds a generation (raw rollouts, extensions) or policy-update stage may run before it "
         "fails with a timeout, which is not retried (None = no limit). Size it well above the slowest "
         "normal iteration: it is there to end a hung engine or collective, not to pace training.")
+    max_staleness: int = Field(
+        0, ge=0, le=64,
+        description="Policy versions the rollouts may run behind the update (the asynchronous pipeline): with S > 0 "
+        "the rollout side of iteration i (predictor refresh to reward verification) runs while the update of "
+        "iteration i - 1 trains, on the weights of version max(0, i - S), and the update corrects for the gap "
+        "(update.off_policy). 0 = the synchronous flow: every iteration's rollouts use the newest weights.")
     keep_checkpoints: int | None = Field(
         None, ge=1, le=100_000,
         description="Iteration checkpoints (weights + optimizer state) kept, newest first; older ones are retired "

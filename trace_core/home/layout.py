@@ -39,6 +39,8 @@ PROMPT_SCHEMA: dict[str, pl.DataType] = {
     "utility": pl.Float32,  # V_root(v_pred, m_alloc)
     "n_success": pl.Int32,  # raw rollouts that succeeded (null when skipped)
     "n_total": pl.Int32,  # raw rollouts generated
+    "policy_version": pl.Int32,  # the weights whose rollouts this allocation bought
+    "outcome_version": pl.Int32,  # the newest policy version of the outcomes v_pred was fitted on (null: none)
 }
 
 ITERATION_SCHEMA: dict[str, pl.DataType] = {
@@ -70,6 +72,8 @@ PREDICTION_SCHEMA: dict[str, pl.DataType] = {
     "v_pred": pl.Float32,  # made before the outcome was seen (prospective)
     "outcome": pl.Float32,  # observed success rate under the node, in [0, 1]
     "weight": pl.Float32,  # number of outcomes behind ``outcome``
+    "policy_version": pl.Int32,  # the weights whose outcome this prediction was scored on
+    "outcome_version": pl.Int32,  # the newest policy version of the outcomes the predictor was fitted on
 }
 
 RUN_SCHEMA: dict[str, pl.DataType] = {

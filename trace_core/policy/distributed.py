@@ -71,6 +71,7 @@ class UpdateJob(BaseModel):
     cursor: dict[str, Any] = Field(default_factory=dict, description="Saved with the trainer state.")
     threads: int | None = Field(None, ge=0, le=1024, description="torch CPU threads per rank (run.threads: "
                                 "0 or None = torch's default, one OpenMP thread).")
+    correct: bool = Field(False, description="Off-policy correction (update.off_policy; the pipeline's stale rollouts).")
 
 
 # ----------------------------------------------------------------------------- batch file
@@ -316,7 +317,7 @@ def run_worker(job_dir: str | Path) -> None:
         stats = update_policy(policy, opt, sched, seqs, job.update, pad_id=job.pad_id, seed=job.seed,
                               logprobs=lambda b: policy(b["input_ids"], b["attention_mask"]),
                               ref_logprobs=(lambda b: ref(b["input_ids"], b["attention_mask"])) if ref else None,
-                              rank=rank, world_size=world)
+                              rank=rank, world_size=world, correct=job.correct)
         _save(job, policy, opt, sched, rank)
         if rank == 0:
             stats = stats.model_copy(update={"world_size": float(world), "total_seconds": time.perf_counter() - t0})

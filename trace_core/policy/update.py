@@ -15,11 +15,26 @@ micro-batches, then one AdamW step with gradient clipping. π_ref is the run's w
 loaded only when β > 0 (β = 0 is the plain surrogate, bit for bit); the k3 term
 ``exp(ref − logp) − (ref − logp) − 1`` is >= 0, 0 where π = π_ref, and reported as ``kl``.
 Memory: ``gradient_checkpointing`` and ``logprob_chunk`` (below); many GPUs: ``policy.distributed``.
+
+Off-policy correction (``correct=True``: the asynchronous pipeline, ``run.max_staleness`` > 0):
+decoupled PPO (Hilton et al. 2022, "Batch size-invariance for policy optimization"; AReaL's
+decoupled loss) with a truncated behaviour weight (IMPALA's ρ̄, verl's truncated-IS rollout
+correction). Before the first step, one no-grad pass gives π_prox, the policy being updated as it
+stands (the weights of version v, while the rollouts came from version v - s)::
+
+    w_t    = min(exp(logp_prox − logp_behav), C)          C = update.is_cap
+    ratio  = exp(logp − logp_prox)
+    loss_t = −w_t · min(ratio·A, clip(ratio, 1−ε_low, 1+ε_high)·A)
+
+The trust region is kept around π_prox (where the clip has meaning); ``w`` moves the expectation
+from the behaviour policy's samples to π_prox's. ``is_weight`` / ``is_weight_max`` /
+``is_truncated`` report the untruncated weight's mean, max and the share of tokens truncated.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import time
@@ -47,8 +62,9 @@ class TrainSequence:
     input_ids: list[int]
     loss_mask: list[int]  # 1 on this trajectory's own action tokens
     advantages: list[float]
-    old_logprobs: list[float]
+    old_logprobs: list[float]  # the behaviour policy's (the rollout engine's)
     trajectory_id: str = ""
+    prox_logprobs: list[float] | None = None  # π_prox, the policy at the update's start (correct=True)
 
 
 def build_sequences(nodes: pl.DataFrame, chat: Any, messages_by_prompt: Mapping[str, list[dict[str, str]]],
@@ -104,6 +120,8 @@ def collate(seqs: Sequence[TrainSequence], pad_id: int, device: torch.device) ->
         "loss_mask": pad([s.loss_mask for s in seqs], 0, torch.float32),
         "advantages": pad([s.advantages for s in seqs], 0.0, torch.float32),
         "old_logprobs": pad([s.old_logprobs for s in seqs], 0.0, torch.float32),
+        **({"prox_logprobs": pad([s.prox_logprobs for s in seqs], 0.0, torch.float32)}
+           if all(s.prox_logprobs is not None for s in seqs) else {}),
     }
 
 
@@ -142,17 +160,36 @@ def token_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], tempe
     return torch.cat(parts, dim=1)
 
 
+def behaviour_weights(prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask: torch.Tensor,
+                      cap: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Decoupled PPO's per-token weight π_prox / π_behav truncated at ``cap``, all (B, L), 1 off the
+    mask; and its summed statistics: ``is_weight`` (untruncated, summed over loss tokens),
+    ``is_truncated`` (loss tokens above ``cap``) and ``is_weight_max``."""
+    raw = torch.exp((prox_logp - behav_logp) * mask)
+    on = mask > 0
+    stats = {"is_weight": (raw * mask).sum().detach(),
+             "is_truncated": ((raw > cap).float() * mask).sum().detach(),
+             "is_weight_max": raw[on].max().detach() if bool(on.any()) else torch.zeros(())}
+    return torch.clamp(raw, max=cap), stats
+
+
 def surrogate_loss(logp: torch.Tensor, batch: dict[str, torch.Tensor], cfg: UpdateConfig,
                    ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Sum over loss tokens of the clipped surrogate (+ β·k3 KL); all inputs (B, L). Returns the
-    *sum* (the caller divides by the minibatch's loss-token count) and summed statistics."""
+    *sum* (the caller divides by the minibatch's loss-token count) and summed statistics. With
+    ``batch["prox_logprobs"]`` the decoupled, truncated-IS surrogate of the module docstring."""
     mask, adv = batch["loss_mask"], batch["advantages"]
-    log_ratio = (logp - batch["old_logprobs"]) * mask
+    prox = batch.get("prox_logprobs")
+    log_ratio = (logp - (batch["old_logprobs"] if prox is None else prox)) * mask
     ratio = torch.exp(log_ratio)
     hi = cfg.clip_eps_high if cfg.clip_eps_high is not None else cfg.clip_eps
     clipped = torch.clamp(ratio, 1.0 - cfg.clip_eps, 1.0 + hi)
     per_tok = -torch.minimum(ratio * adv, clipped * adv)
-    stats = {
+    is_stats: dict[str, torch.Tensor] = {}
+    if prox is not None:
+        weight, is_stats = behaviour_weights(prox, batch["old_logprobs"], mask, cfg.is_cap)
+        per_tok = per_tok * weight
+    stats = {**is_stats,
         "clip_frac": (((ratio - clipped).abs() > 1e-8).float() * mask).sum().detach(),
         "approx_kl_old": (((ratio - 1) - log_ratio) * mask).sum().detach(),  # k3 estimate of KL(old ‖ new)
         # -log π of the sampled loss tokens: on-policy, an unbiased estimate of the policy's entropy
@@ -169,8 +206,12 @@ def surrogate_loss(logp: torch.Tensor, batch: dict[str, torch.Tensor], cfg: Upda
 def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
                   seqs: Sequence[TrainSequence], cfg: UpdateConfig, *, pad_id: int, seed: int = 0,
                   ref_model: torch.nn.Module | None = None, logprobs: LogProbFn | None = None,
-                  ref_logprobs: LogProbFn | None = None, rank: int = 0, world_size: int = 1) -> UpdateStats:
+                  ref_logprobs: LogProbFn | None = None, rank: int = 0, world_size: int = 1,
+                  correct: bool = False) -> UpdateStats:
     """Run ``cfg.ppo_epochs`` passes of minibatch steps over ``seqs``; returns mean metrics.
+
+    ``correct``: the off-policy correction of the module docstring (``cfg.off_policy`` =
+    ``decoupled``): π_prox is computed for every sequence before the first step.
 
     ``ref_model`` (used when ``cfg.uses_reference``): the reference policy of the k3 KL term.
     Data parallel (``trace_core.policy.distributed``): every rank holds all of ``seqs`` and draws
@@ -192,7 +233,10 @@ def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sche
     use_ref = ref_logprobs is not None and cfg.uses_reference
     rng = np.random.default_rng(seed)
     model.train()
+    if correct and cfg.off_policy == "decoupled":
+        seqs = with_proximal(seqs, logprobs, cfg, pad_id, device)
     sums: dict[str, float] = {}
+    w_max = None  # the largest untruncated behaviour weight (a max, not a sum)
     n_steps, n_tokens, t0 = 0, 0.0, time.perf_counter()
     with _checkpointing(model, cfg.gradient_checkpointing and own_forward):
         for _ in range(cfg.ppo_epochs):
@@ -213,6 +257,8 @@ def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sche
                                 ref = ref_logprobs(batch)
                     loss, stats = surrogate_loss(logp, batch, cfg, ref)
                     (loss / tokens if world_size == 1 else loss * world_size / tokens).backward()
+                    if "is_weight_max" in stats:
+                        w_max = max(w_max or 0.0, float(stats.pop("is_weight_max")))
                     for k, v in {"loss": loss.detach(), **stats}.items():
                         sums[k] = sums.get(k, 0.0) + float(v)
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
@@ -225,12 +271,32 @@ def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sche
                 n_tokens += tokens
     if world_size > 1:
         sums = _sum_over_ranks(sums, device)
+        w_max = _max_over_ranks(w_max, device)
     seconds = time.perf_counter() - t0
-    means = {k: v / max(n_tokens, 1.0) for k, v in sums.items() if k != "grad_norm"}  # loss, clip_frac, approx_kl_old, kl, entropy
+    means = {k: v / max(n_tokens, 1.0) for k, v in sums.items() if k != "grad_norm"}  # loss, clip_frac, approx_kl_old, kl, entropy, is_*
+    if w_max is not None:
+        means["is_weight_max"] = w_max
     return UpdateStats(**means, grad_norm=sums.get("grad_norm", 0.0) / max(n_steps, 1), steps=float(n_steps),
                        sequences=float(len(seqs)), loss_tokens=n_tokens / cfg.ppo_epochs, seconds=seconds,
                        samples_per_s=len(seqs) * cfg.ppo_epochs / max(seconds, 1e-9),
                        lr=float(scheduler.get_last_lr()[0]))
+
+
+def with_proximal(seqs: Sequence[TrainSequence], logprobs: LogProbFn, cfg: UpdateConfig, pad_id: int,
+                  device: torch.device) -> list[TrainSequence]:
+    """``seqs`` with ``prox_logprobs``: the log-probs of the policy as it stands, before any step
+    (no grad; micro-batches of ``cfg.micro_batch_size``, as the update's own forward passes). Every
+    rank of a distributed update runs the same passes over all sequences (each is a collective)."""
+    out: list[TrainSequence] = []
+    with torch.no_grad():
+        for m0 in range(0, len(seqs), cfg.micro_batch_size):
+            micro = list(seqs[m0:m0 + cfg.micro_batch_size])
+            batch = collate(micro, pad_id, device)
+            with _autocast(cfg, device):
+                logp = logprobs(batch).float().cpu()
+            out += [dataclasses.replace(s, prox_logprobs=logp[b, :len(s.input_ids)].tolist())
+                    for b, s in enumerate(micro)]
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -248,8 +314,16 @@ def _rank_micro_batches(mb: list[TrainSequence], micro: int, rank: int, world_si
     mine = mb[rank::world_size]
     n = math.ceil(math.ceil(len(mb) / world_size) / micro)
     out = [mine[m0:m0 + micro] for m0 in range(0, len(mine), micro)]
-    idle = TrainSequence(mb[0].input_ids, [0] * len(mb[0].input_ids), mb[0].advantages, mb[0].old_logprobs)
+    idle = dataclasses.replace(mb[0], loss_mask=[0] * len(mb[0].input_ids), trajectory_id="")
     return out + [[idle]] * (n - len(out))
+
+
+def _max_over_ranks(value: float | None, device: torch.device) -> float | None:
+    import torch.distributed as dist
+
+    t = torch.tensor([-1.0 if value is None else value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return None if t.item() < 0 else float(t.item())
 
 
 def _sum_over_ranks(sums: dict[str, float], device: torch.device) -> dict[str, float]:

@@ -52,6 +52,7 @@ class PredictorFit(StageResult):
     outputs = ("path",)
     path: str
     fit: FitReport
+    outcome_version: int | None = None  # newest policy version among the outcomes it was fitted on
 
 
 class RootAllocation(StageResult):
@@ -141,6 +142,9 @@ class UpdateStats(BaseModel):
     lr: float | None = None  # learning rate after the last step
     world_size: float | None = None  # torchrun ranks
     total_seconds: float | None = None  # torchrun: loading + update + checkpoint, rank 0
+    is_weight: float | None = None  # off-policy correction: mean π_prox / π_behaviour per loss token (untruncated)
+    is_weight_max: float | None = None  # its largest value
+    is_truncated: float | None = None  # share of loss tokens whose weight was truncated at update.is_cap
 
     def metrics(self) -> dict[str, float]:
         """The measured statistics by field name (None left out)."""
@@ -153,6 +157,10 @@ class PolicyUpdate(StageResult):
     outputs = ("checkpoint",)
     checkpoint: str
     stats: UpdateStats = Field(default_factory=UpdateStats)
+    version: int = 0  # the policy version of the weights it trained (it wrote version + 1)
+    staleness_mean: float = 0.0  # versions between those weights and the trajectories' (mean over leaves)
+    staleness_max: int = 0
+    refused: int = 0  # trajectories more than run.max_staleness versions old, not trained on
 
     @property
     def loss(self) -> float | None:

@@ -6,13 +6,17 @@ Every layer that needs a run's files (the stages, tracking, compare, the report)
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from trace_core.config import TrainConfig
 from trace_core.policy.model import TINY_WARM_DIR
@@ -92,6 +96,25 @@ def bounded_seed(seed: int) -> int:
     """``seed`` (e.g. a 64-bit ``iteration_seed``) reduced below ``SEED_MODULUS``: what the stages pass
     to ``torch.manual_seed``, ``SamplingConfig.seed`` and vLLM's ``SamplingParams.seed``."""
     return int(seed) % SEED_MODULUS
+
+
+TORCH_RNG = threading.Lock()  # the process's global torch RNG (see ``torch_seeded``)
+
+
+@contextlib.contextmanager
+def torch_seeded(seed: int) -> Iterator[None]:
+    """``torch.manual_seed(seed)``, and the block's draws from the global torch RNG, with no other
+    thread seeding it in between: the pipeline fits the predictor while the update starts, and a
+    seed set by one must not move the other's draws (the same config and seed give the same trees)."""
+    with TORCH_RNG:
+        torch.manual_seed(seed)
+        yield
+
+
+def seed_torch(seed: int) -> None:
+    """``torch.manual_seed(seed)``, never in the middle of another thread's ``torch_seeded`` block."""
+    with TORCH_RNG:
+        torch.manual_seed(seed)
 
 
 def initial_checkpoint(cfg: TrainConfig) -> str:
