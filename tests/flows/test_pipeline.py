@@ -14,7 +14,9 @@ from trace_core.config import load_train_config
 from trace_core.policy.model import TINY_WARM_DIR
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-PIPELINE = ["run.max_staleness=1", "run.iterations=3", "run.threads=1", "run.eval_tasks=4"]
+# an evaluation after every iteration: the update side's work on an iteration (update, evaluation,
+# record) lasts seconds, so the overlap shows beside Prefect's task start-up (~2 s here)
+PIPELINE = ["run.max_staleness=1", "run.iterations=3", "run.threads=1", "run.eval_tasks=48", "run.eval_every=1"]
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
                                                    reason="shipped tiny checkpoint missing: run `trace-rl warmup`")]
 
@@ -47,16 +49,19 @@ def test_update_never_trains_on_nodes_older_than_the_bound(piped):
 
 
 def test_next_rollouts_run_beside_the_update_in_prefect(piped):
-    """Prefect's task runs: the rollout side of iteration 1 starts before update 0 ends."""
+    """Prefect's task runs: the rollout side of iteration 1 starts before the update side is done
+    with iteration 0 — its update, evaluation and record (the synchronous flow starts it after all
+    three; the tiny update alone can end within Prefect's task start-up, so its end is not the mark)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
 
     with get_client(sync_client=True) as client:  # the session's server holds other modules' runs too
         found = client.read_task_runs(task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="pipe iter")))
     runs = {r.name: r for r in found if r.name.endswith(("pipe iter 0", "pipe iter 1"))}
-    update0 = runs["update-policy pipe iter 0"]
+    update0, record0 = runs["update-policy pipe iter 0"], runs["record-iteration pipe iter 0"]
     first1 = runs["refresh-predictor pipe iter 1"]
-    assert first1.start_time < update0.end_time, (first1.start_time, update0.start_time, update0.end_time)
+    assert first1.start_time < record0.end_time, (first1.start_time, update0.start_time, update0.end_time,
+                                                  record0.end_time)
 
 
 def test_plan_reads_only_its_past_and_the_freshest_outcomes(piped):
