@@ -152,7 +152,9 @@ def connect(home_dir: str | Path, exclude: Collection[Path] = (), *,
         con.execute(schema_sql(home_dir))
     else:
         home = check_home_path(home_dir)  # the search path is globbed too
-        ensure_schema_shards(home, skip=exclude)
+        # partitions whose summary could not be rewritten (an unreadable node shard): groups from
+        # the nodes, so a query over them names the damaged shard instead of answering from an old summary
+        from_nodes = bool(ensure_schema_shards(home, skip=exclude)) or from_nodes
         con = duckdb.connect(":memory:", config=_config(home))
         con.execute(schema_sql(home, exclude))
     if from_nodes:
@@ -186,10 +188,10 @@ def ensure_catalog(home_dir: str | Path) -> bool:
                          "home with `trace-rl sql NAME --home s3://...` (trace_core.store.query)")
     home = check_home_path(home_dir)
     home.mkdir(parents=True, exist_ok=True)
-    ensure_schema_shards(home)
+    unsummarised = ensure_schema_shards(home)
     path = catalog_path(home)
     try:
-        if path.exists() and _stamp_of(path, home) == schema_sha(home):
+        if not unsummarised and path.exists() and _stamp_of(path, home) == schema_sha(home):
             return True
     except duckdb.IOException as err:
         if not _not_a_database(err):
@@ -199,21 +201,21 @@ def ensure_catalog(home_dir: str | Path) -> bool:
         os.replace(path, aside)
         log.warning("catalogue %s is not a DuckDB database (moved to %s); rebuilding it", path, aside.name)
     try:
-        _write_catalog(path, home)
+        _write_catalog(path, home, unsummarised)
         return True
     except (duckdb.IOException, duckdb.ConnectionException) as err:
         warnings.warn(f"catalogue {path} is busy, left as it is: {err}", RuntimeWarning, stacklevel=2)
         return False
 
 
-def _write_catalog(path: Path, home: Path) -> None:
+def _write_catalog(path: Path, home: Path, unsummarised: dict[Path, str]) -> None:
     """Build the catalogue in a temporary file of the old storage format, then rename it into
     place: a reader sees the old catalogue or the new one, and an existing file written in a newer
     format is replaced rather than kept (DuckDB never downgrades a file in place)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     _remove(tmp)
     try:
-        _build(tmp, home)
+        _build(tmp, home, unsummarised)
         if path.exists():  # held open by another process: the connect raises and the old file stays
             duckdb.connect(str(path), config=_config(home)).close()
         os.replace(tmp, path)
@@ -230,28 +232,36 @@ def _not_a_database(err: Exception) -> bool:
     return "not a valid DuckDB database file" in str(err)
 
 
-def _build(path: Path, home: Path) -> None:
+def _build(path: Path, home: Path, unsummarised: dict[Path, str]) -> None:
     """Write the views into the new catalogue file ``path``. A shard that does not open (truncated
     in a copied home, say) is left out of the views, named in a warning, and the catalogue is
     stamped stale so the next ``ensure_catalog`` (the end of the run that recomputes it) builds
-    the full views."""
+    the full views. ``unsummarised``: node partitions whose group summary could not be rewritten
+    (``backfill_groups``); the catalogue then reads every group from the readable nodes."""
     config = {**_config(home), "storage_compatibility_version": CATALOG_STORAGE_VERSION}
-    try:
-        with duckdb.connect(str(path), config=config) as con:
-            _apply_schema(con, home)
-            _stamp(con, home)
-        return
-    except (duckdb.IOException, duckdb.ConnectionException):
-        raise
-    except duckdb.Error:
-        bad = bad_shards(home, deep=True)
-        if not bad:
+    bad = {p: why for p, why in unsummarised.items() if p.suffix == ".parquet"}
+    if not unsummarised:
+        try:
+            with duckdb.connect(str(path), config=config) as con:
+                _apply_schema(con, home)
+                _stamp(con, home)
+            return
+        except (duckdb.IOException, duckdb.ConnectionException):
             raise
+        except duckdb.Error:
+            bad = bad_shards(home, deep=True)
+            if not bad:
+                raise
+        _remove(path)  # the failed attempt's views
+    else:
+        bad |= bad_shards(home)  # footers: the other damage a copy may hold
     for shard, why in bad.items():
         log.warning("catalogue %s built without unreadable shard %s (%s)", path, shard, why)
-    _remove(path)  # the failed attempt's views
+    nodes = home / "shards" / "nodes"
     with duckdb.connect(str(path), config=config) as con:
         con.execute(schema_sql(home, exclude=list(bad)))
+        if unsummarised or any(Path(p).resolve().is_relative_to(nodes) for p in bad):
+            con.execute((sql_dir() / "catalog" / "groups_from_nodes.sql").read_text())
         con.execute((sql_dir() / "catalog" / "stamp.sql").read_text(), {"schema_sha": "partial"})
 
 

@@ -199,19 +199,27 @@ def summarise_partition(home_dir: str | Path, part: Path, frame: pl.DataFrame | 
     return target
 
 
-def backfill_groups(home_dir: str | Path, skip: Collection[Path] = ()) -> int:
-    """Write the summaries a home lacks (written before them, or by an older writer); returns the
-    partitions summarised. Partitions holding a shard of ``skip`` are left alone; an unreadable
-    node shard raises ``CorruptShard``; a home the caller cannot write is left alone, with a warning."""
+def backfill_groups(home_dir: str | Path, skip: Collection[Path] = ()) -> dict[Path, str]:
+    """Write the summaries a home lacks (written before them, or by an older writer), saying so in
+    one line. Partitions holding a shard of ``skip`` are left alone. Returns the stale partitions
+    it could not summarise, each as the node shard that does not open (its summary stays as it
+    was) or as the partition itself when the home is not writable, with the reason: the caller
+    reads groups from the nodes then, where the damage is named or the rows are current."""
     held = {Path(p).resolve().parent for p in skip}
     stale = [p for p in stale_partitions(home_dir) if p.resolve() not in held]
-    for k, part in enumerate(stale):
+    left: dict[Path, str] = {}
+    for part in stale:
         try:
             summarise_partition(home_dir, part)
+        except CorruptShard as err:
+            left[err.path] = err.reason
         except PermissionError as err:
-            log.warning("cannot write group summaries under %s (%s): %d iterations answer without their "
-                        "groups until a writer opens the home", home_dir, err, len(stale) - k)
-            return k
-    if stale:
-        log.warning("wrote group summaries for %d node partitions of %s", len(stale), home_dir)
-    return len(stale)
+            left[part] = f"not writable: {err}"
+    if done := len(stale) - len(left):
+        log.warning("wrote group summaries for %d node partitions of %s (written before them, or changed since)",
+                    done, home_dir)
+    if left:  # a damaged shard is named by whoever reads it (a query, the catalogue): one line, not two
+        (log.warning if any(p.is_dir() for p in left) else log.info)(
+            "group summaries of %d node partitions of %s left as they were (first: %s, %s): their groups are "
+            "read from the nodes", len(left), home_dir, *next(iter(left.items())))
+    return left
