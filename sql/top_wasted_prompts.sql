@@ -1,9 +1,9 @@
 -- Which prompts soaked up the most wasted trajectories (all iterations together)? Top 20.
 -- iterations: the iterations that sampled the prompt (each holds one raw group of it).
--- Two passes over the groups: the waste of every prompt first (one sum per prompt: the only
--- aggregation that sees every distinct prompt, millions in a long run over a fresh prompt
--- stream), then the other columns of the top 20 alone.
 WITH top AS (
+    -- two passes over the groups: the waste of every prompt first (one sum per prompt: the only
+    -- aggregation that sees every distinct prompt, millions in a long run over a fresh prompt
+    -- stream), then the other columns of the top 20 alone
     SELECT run_id, prompt_id
     FROM scoped_groups($run_id::VARCHAR)
     GROUP BY run_id, prompt_id
