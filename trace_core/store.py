@@ -176,6 +176,7 @@ def connect(home_dir: str | Path, exclude: Collection[Path] = (), *,
 
 _DEFINES = re.compile(r"CREATE OR REPLACE (?:VIEW|MACRO) (\w+)")
 _COMMENT = re.compile(r"--[^\n]*")
+_READS = re.compile(r"\b(?:FROM|JOIN)\s+(\w+)", re.IGNORECASE)  # a table, view or table macro read
 
 
 def needed_schema(schema: str, sql: str) -> str:
@@ -190,12 +191,11 @@ def needed_schema(schema: str, sql: str) -> str:
         defs[m[1]] = stmt.query
     want: set[str] = set()
     todo = [_COMMENT.sub("", sql)]
-    while todo:
-        text = todo.pop()
-        for name, stmt in defs.items():
-            if name not in want and re.search(rf"\b{name}\b", text):
+    while todo:  # names read after FROM / JOIN only: a column may share a view's name (trajectories)
+        for name in _READS.findall(todo.pop()):
+            if name in defs and name not in want:
                 want.add(name)
-                todo.append(_COMMENT.sub("", stmt))
+                todo.append(_COMMENT.sub("", defs[name]))
     return ";\n".join(q for name, q in defs.items() if name in want) + ";\n"
 
 
