@@ -129,9 +129,16 @@ def catalog_path(home_dir: str | Path) -> Path:
 
 
 def _config(home_dir: Path) -> dict:
-    # threads left at DuckDB's default (all cores); the search path makes the views' relative
-    # globs resolve under this home directory, whatever the process's working directory.
-    return {"file_search_path": str(home_dir.resolve())}
+    """The search path makes the views' relative globs resolve under this home directory, whatever
+    the process's working directory. Threads and memory are DuckDB's defaults (all cores, 80% of
+    memory) unless ``TRACE_RL_DUCKDB_THREADS`` / ``TRACE_RL_DUCKDB_MEMORY_LIMIT`` (e.g. ``8GB``) say
+    otherwise: a machine shared with training, or the store benchmark."""
+    config = {"file_search_path": str(home_dir.resolve())}
+    if threads := os.environ.get("TRACE_RL_DUCKDB_THREADS"):
+        config["threads"] = int(threads)
+    if memory := os.environ.get("TRACE_RL_DUCKDB_MEMORY_LIMIT"):
+        config["memory_limit"] = memory
+    return config
 
 
 def _apply_schema(con: duckdb.DuckDBPyConnection, home: Path) -> None:
@@ -139,25 +146,57 @@ def _apply_schema(con: duckdb.DuckDBPyConnection, home: Path) -> None:
 
 
 def connect(home_dir: str | Path, exclude: Collection[Path] = (), *,
-            from_nodes: bool = False) -> duckdb.DuckDBPyConnection:
+            from_nodes: bool = False, only_for: str | None = None) -> duckdb.DuckDBPyConnection:
     """A private in-memory DuckDB with the store's views over ``home_dir``'s shards (less the
     files in ``exclude``). An ``s3://`` home is read through pyarrow's S3 filesystem
     (``trace_core.home.objstore``): DuckDB's httpfs extension would have to be downloaded first.
     ``from_nodes``: ``trajectory_groups`` recomputed from the node shards instead of read from the
-    stored group summaries (``sql/catalog/groups_from_nodes.sql``)."""
+    stored group summaries (``sql/catalog/groups_from_nodes.sql``). ``only_for``: a statement;
+    only the views and macros it uses are created (``needed_schema``)."""
+    groups_sql = (sql_dir() / "catalog" / "groups_from_nodes.sql").read_text()
     if objstore.is_remote(home_dir):
         ensure_schema_shards(home_dir)
         con = duckdb.connect(":memory:")
         con.register_filesystem(objstore.fsspec_filesystem())
-        con.execute(schema_sql(home_dir))
+        schema = schema_sql(home_dir)
     else:
         home = check_home_path(home_dir)  # the search path is globbed too
-        ensure_schema_shards(home, skip=exclude)
+        # partitions whose summary could not be rewritten (an unreadable node shard): groups from
+        # the nodes, so a query over them names the damaged shard instead of answering from an old summary
+        from_nodes = bool(ensure_schema_shards(home, skip=exclude)) or from_nodes
         con = duckdb.connect(":memory:", config=_config(home))
-        con.execute(schema_sql(home, exclude))
+        schema = schema_sql(home, exclude)
+    if only_for is not None:
+        schema = needed_schema(schema, only_for + (groups_sql if from_nodes else ""))
+    con.execute(schema)
     if from_nodes:
-        con.execute((sql_dir() / "catalog" / "groups_from_nodes.sql").read_text())
+        con.execute(groups_sql)
     return con
+
+
+_DEFINES = re.compile(r"CREATE OR REPLACE (?:VIEW|MACRO) (\w+)")
+_COMMENT = re.compile(r"--[^\n]*")
+_READS = re.compile(r"\b(?:FROM|JOIN)\s+(\w+)", re.IGNORECASE)  # a table, view or table macro read
+
+
+def needed_schema(schema: str, sql: str) -> str:
+    """The statements of ``schema`` (``schema_sql``) that ``sql`` needs: the views and macros it
+    names, and those they name, in the schema's order. Creating a view binds it, and binding a
+    table's view lists every partition of the table (~0.05 s of CPU per view at 1,000 iterations):
+    a named query that reads the group summaries skips the node views' listings this way."""
+    defs = {}
+    for stmt in duckdb.extract_statements(schema):
+        if (m := _DEFINES.search(_COMMENT.sub("", stmt.query))) is None:
+            return schema  # a statement this function does not know: all of them
+        defs[m[1]] = stmt.query
+    want: set[str] = set()
+    todo = [_COMMENT.sub("", sql)]
+    while todo:  # names read after FROM / JOIN only: a column may share a view's name (trajectories)
+        for name in _READS.findall(todo.pop()):
+            if name in defs and name not in want:
+                want.add(name)
+                todo.append(_COMMENT.sub("", defs[name]))
+    return ";\n".join(q for name, q in defs.items() if name in want) + ";\n"
 
 
 def _stamp(con: duckdb.DuckDBPyConnection, home: Path) -> None:
@@ -186,10 +225,10 @@ def ensure_catalog(home_dir: str | Path) -> bool:
                          "home with `trace-rl sql NAME --home s3://...` (trace_core.store.query)")
     home = check_home_path(home_dir)
     home.mkdir(parents=True, exist_ok=True)
-    ensure_schema_shards(home)
+    unsummarised = ensure_schema_shards(home)
     path = catalog_path(home)
     try:
-        if path.exists() and _stamp_of(path, home) == schema_sha(home):
+        if not unsummarised and path.exists() and _stamp_of(path, home) == schema_sha(home):
             return True
     except duckdb.IOException as err:
         if not _not_a_database(err):
@@ -199,21 +238,21 @@ def ensure_catalog(home_dir: str | Path) -> bool:
         os.replace(path, aside)
         log.warning("catalogue %s is not a DuckDB database (moved to %s); rebuilding it", path, aside.name)
     try:
-        _write_catalog(path, home)
+        _write_catalog(path, home, unsummarised)
         return True
     except (duckdb.IOException, duckdb.ConnectionException) as err:
         warnings.warn(f"catalogue {path} is busy, left as it is: {err}", RuntimeWarning, stacklevel=2)
         return False
 
 
-def _write_catalog(path: Path, home: Path) -> None:
+def _write_catalog(path: Path, home: Path, unsummarised: dict[Path, str]) -> None:
     """Build the catalogue in a temporary file of the old storage format, then rename it into
     place: a reader sees the old catalogue or the new one, and an existing file written in a newer
     format is replaced rather than kept (DuckDB never downgrades a file in place)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     _remove(tmp)
     try:
-        _build(tmp, home)
+        _build(tmp, home, unsummarised)
         if path.exists():  # held open by another process: the connect raises and the old file stays
             duckdb.connect(str(path), config=_config(home)).close()
         os.replace(tmp, path)
@@ -230,28 +269,36 @@ def _not_a_database(err: Exception) -> bool:
     return "not a valid DuckDB database file" in str(err)
 
 
-def _build(path: Path, home: Path) -> None:
+def _build(path: Path, home: Path, unsummarised: dict[Path, str]) -> None:
     """Write the views into the new catalogue file ``path``. A shard that does not open (truncated
     in a copied home, say) is left out of the views, named in a warning, and the catalogue is
     stamped stale so the next ``ensure_catalog`` (the end of the run that recomputes it) builds
-    the full views."""
+    the full views. ``unsummarised``: node partitions whose group summary could not be rewritten
+    (``backfill_groups``); the catalogue then reads every group from the readable nodes."""
     config = {**_config(home), "storage_compatibility_version": CATALOG_STORAGE_VERSION}
-    try:
-        with duckdb.connect(str(path), config=config) as con:
-            _apply_schema(con, home)
-            _stamp(con, home)
-        return
-    except (duckdb.IOException, duckdb.ConnectionException):
-        raise
-    except duckdb.Error:
-        bad = bad_shards(home, deep=True)
-        if not bad:
+    bad = {p: why for p, why in unsummarised.items() if p.suffix == ".parquet"}
+    if not unsummarised:
+        try:
+            with duckdb.connect(str(path), config=config) as con:
+                _apply_schema(con, home)
+                _stamp(con, home)
+            return
+        except (duckdb.IOException, duckdb.ConnectionException):
             raise
+        except duckdb.Error:
+            bad = bad_shards(home, deep=True)
+            if not bad:
+                raise
+        _remove(path)  # the failed attempt's views
+    else:
+        bad |= bad_shards(home)  # footers: the other damage a copy may hold
     for shard, why in bad.items():
         log.warning("catalogue %s built without unreadable shard %s (%s)", path, shard, why)
-    _remove(path)  # the failed attempt's views
+    nodes = home / "shards" / "nodes"
     with duckdb.connect(str(path), config=config) as con:
         con.execute(schema_sql(home, exclude=list(bad)))
+        if unsummarised or any(Path(p).resolve().is_relative_to(nodes) for p in bad):
+            con.execute((sql_dir() / "catalog" / "groups_from_nodes.sql").read_text())
         con.execute((sql_dir() / "catalog" / "stamp.sql").read_text(), {"schema_sha": "partial"})
 
 
@@ -294,7 +341,7 @@ def query(home_dir: str | Path, sql: str, params: dict | None = None, *, skip_ba
         raise ValueError(f"parameters {sorted(unknown)} are not used by the statement")
     bound = {name: given.get(name) for name in statement_params(sql)}
     if objstore.is_remote(home_dir):  # no local files to check one by one
-        with connect(home_dir, from_nodes=from_nodes) as con:
+        with connect(home_dir, from_nodes=from_nodes, only_for=sql) as con:
             return con.sql(sql, params=bound).pl()
     skip = _skipped(bad_shards(home_dir)) if skip_bad else {}  # footers: cheap, catches truncation
     try:
@@ -314,7 +361,7 @@ def _run(home_dir: str | Path, sql: str, bound: dict, skip: dict[Path, str], fro
     skipped, groups come from the readable nodes (the stored summaries count the skipped ones)."""
     nodes = check_home_path(home_dir) / "shards" / "nodes"
     from_nodes = from_nodes or any(Path(p).resolve().is_relative_to(nodes) for p in skip)
-    with connect(home_dir, exclude=skip, from_nodes=from_nodes) as con:
+    with connect(home_dir, exclude=skip, from_nodes=from_nodes, only_for=sql) as con:
         return con.sql(sql, params=bound).pl()
 
 

@@ -169,16 +169,17 @@ def ingest(home: Path, n_nodes: int, iterations: int) -> int:
     per_iter = max(1, n_nodes // iterations // PER_PROMPT)
     writer = ShardWriter(home, "bench")
     rows = groups = 0
-    node_s = side_s = summary_s = 0.0
+    node_s = side_s = summary_s = node_cpu = 0.0
     for it in range(iterations):
         frame = synth_nodes(per_iter, it, "bench", rng)
         if it == 0:  # the summary's share of a node write, measured once on its own
             t0 = time.perf_counter()
             groups_per_iter = group_rows(frame).height
             summary_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_s()
         writer.write("nodes", frame, iteration=it, stage="final")  # + the partition's group summary
         t1 = time.perf_counter()
+        node_cpu += cpu_s() - c0
         for table, rows_ in side_tables(frame, it).items():
             writer.write(table, rows_, iteration=it, stage="final")
         side_s += time.perf_counter() - t1
@@ -188,7 +189,8 @@ def ingest(home: Path, n_nodes: int, iterations: int) -> int:
     size = sum(p.stat().st_size for p in (home / "shards" / "nodes").rglob("*.parquet"))
     gsize = sum(p.stat().st_size for p in (home / "shards" / "trajectory_groups").rglob("*.parquet"))
     print(f"ingest: {rows:,} nodes in {iterations} iterations ({per_iter * PER_PROMPT:,} nodes each), "
-          f"{node_s:.1f} s -> {rows / node_s / 1e6:.2f} M node rows/s {load()}")
+          f"{node_s:.1f} s -> {rows / node_s / 1e6:.2f} M node rows/s (CPU {node_cpu:.1f} s: "
+          f"{rows / node_cpu / 1e6:.2f} M rows per CPU second) {load()}")
     print(f"  each iteration: node shard + its group summary (~{groups_per_iter:,} groups, computed in "
           f"{summary_s:.3f} s of {node_s / iterations:.3f} s), through ShardWriter (temp file, fsync, rename); "
           f"prompts / predictions / iteration rows {side_s:.1f} s more")
@@ -197,10 +199,17 @@ def ingest(home: Path, n_nodes: int, iterations: int) -> int:
     return rows
 
 
-def timed(home: Path, name: str) -> tuple[float, int]:
-    t0 = time.perf_counter()
+def cpu_s() -> float:
+    """CPU seconds of this process, DuckDB's and polars' threads included: what a figure costs
+    whatever the load (under load the wall-clock figures mostly measure the wait for a core)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(home: Path, name: str) -> tuple[float, float, int]:
+    t0, c0 = time.perf_counter(), cpu_s()
     out = run_named_query(home, name, run_id="bench")
-    return time.perf_counter() - t0, out.height
+    return time.perf_counter() - t0, cpu_s() - c0, out.height
 
 
 def catalogue_open(home: Path, repeats: int) -> None:
@@ -221,19 +230,23 @@ def catalogue_open(home: Path, repeats: int) -> None:
     cold = once()
     warm = min(once() for _ in range(repeats))
     t0 = time.perf_counter()
-    connect(home).close()  # what every Python query pays: schema shards, summaries checked, views
+    connect(home).close()  # schema shards and summaries checked, every view created
     conn = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    connect(home, only_for=load_query("wasted_by_depth")).close()  # what a named query over groups pays
+    conn_groups = time.perf_counter() - t0
     print(f"catalogue: built {built:.3f} s; opened read-only + first query cold {cold:.3f} s, warm {warm:.3f} s; "
-          f"Python connect {conn:.3f} s {load()}")
+          f"Python connect {conn:.3f} s (every view), {conn_groups:.3f} s (a query over groups) {load()}")
 
 
 def queries(home: Path, rows: int, repeats: int) -> str:
     slowest, worst = "", 0.0
     for name in list_queries():
         evict(home)
-        cold, n = timed(home, name)
-        warm = min(timed(home, name)[0] for _ in range(repeats))
-        print(f"query {name:34s} cold {cold:6.3f} s  warm {warm:6.3f} s  ({rows:,} nodes -> {n} rows) {load()}")
+        cold, cold_cpu, n = timed(home, name)
+        warm, warm_cpu, _ = min(timed(home, name) for _ in range(repeats))
+        print(f"query {name:34s} cold {cold:6.3f} s (cpu {cold_cpu:5.2f} s)  warm {warm:6.3f} s (cpu {warm_cpu:5.2f} s)"
+              f"  ({rows:,} nodes -> {n} rows) {load()}")
         if max(cold, warm) > worst:
             slowest, worst = name, max(cold, warm)
     print(f"after the queries: {peak_rss()}")
@@ -277,9 +290,15 @@ def _operators(node: dict):
         yield from _operators(child)
 
 
-def bench(home: Path, n_nodes: int, iterations: int, repeats: int) -> None:
-    print(f"{CAVEAT}; {load()}")
-    rows = ingest(home, n_nodes, iterations)
+def bench(home: Path, n_nodes: int, iterations: int, repeats: int, skip_ingest: bool = False) -> None:
+    print(f"{CAVEAT}; {load()}; DuckDB threads {os.environ.get('TRACE_RL_DUCKDB_THREADS')}, "
+          f"memory_limit {os.environ.get('TRACE_RL_DUCKDB_MEMORY_LIMIT')}")
+    if skip_ingest:  # a home a previous --home run wrote: its queries again
+        with connect(home) as con:
+            rows = con.execute("SELECT count(*) FROM nodes").fetchone()[0]
+            iterations = con.execute("SELECT count(DISTINCT iteration) FROM trajectory_groups").fetchone()[0]
+    else:
+        rows = ingest(home, n_nodes, iterations)
     catalogue_open(home, repeats)
     slowest = queries(home, rows, repeats)
     with connect(home) as con:
@@ -315,11 +334,18 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--home", type=Path, default=None, help="store directory, kept (default: a temp dir, deleted)")
     ap.add_argument("--tmp", type=Path, default=None, help="where the temp dir goes (default: the system's)")
+    ap.add_argument("--skip-ingest", action="store_true", help="with --home: time the queries of the store a "
+                    "previous --home run left there, without writing it again")
     args = ap.parse_args()
+    # DuckDB on a machine shared with training: two threads and a memory cap unless told otherwise
+    os.environ.setdefault("TRACE_RL_DUCKDB_THREADS", "2")
+    os.environ.setdefault("TRACE_RL_DUCKDB_MEMORY_LIMIT", "8GB")
     iterations = args.iterations or max(1, round(args.nodes / 100_000))
     if args.home is not None:
-        bench(args.home, args.nodes, iterations, args.repeats)
+        bench(args.home, args.nodes, iterations, args.repeats, args.skip_ingest)
         return
+    if args.skip_ingest:
+        ap.error("--skip-ingest needs --home (the store a previous --home run left)")
     tmp = Path(tempfile.mkdtemp(prefix="bench_store_", dir=args.tmp))
     try:
         bench(tmp, args.nodes, iterations, args.repeats)

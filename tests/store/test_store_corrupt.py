@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from trace_core import store
+from trace_core.home import queries
 from trace_core.home.shards import CorruptShard, bad_shards, read_shard
 
 COUNT = "SELECT run_id, iteration, count(*) AS n FROM nodes GROUP BY ALL ORDER BY ALL"
@@ -67,3 +68,18 @@ def test_sql_cli_one_line_exit_2_then_skip_bad(homes):
     assert skipped.exit_code == 0, skipped.output
     assert pl.read_csv(skipped.stdout.encode()).equals(pl.read_csv(expected.stdout.encode()))
     assert str(victim) in skipped.stderr
+
+
+def test_a_truncated_node_shard_keeps_its_partitions_old_summary_out_of_the_answers(homes):
+    """Its partition's group summary cannot be rewritten and stays as it was, but no answer reads
+    it: the questions over groups name the shard, and with skip_bad answer from the readable nodes."""
+    good, bad, victim = homes
+    part = victim.parent.relative_to(bad / "shards" / "nodes")
+    summary = bad / "shards" / "trajectory_groups" / part / "summary.parquet"
+    kept = summary.read_bytes()
+    _truncate(victim)
+    with pytest.raises(CorruptShard, match="--skip-bad"):
+        queries.run_named_query(bad, "wasted_by_depth")
+    for name in ("wasted_by_depth", "top_wasted_prompts"):
+        assert queries.run_named_query(bad, name, skip_bad=True).equals(queries.run_named_query(good, name)), name
+    assert summary.read_bytes() == kept

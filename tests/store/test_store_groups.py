@@ -4,6 +4,7 @@ node views; an old home (node shards without summaries) gets them when it is ope
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import numpy as np
@@ -17,7 +18,7 @@ from trace_core.home.layout import SORT_KEYS, table_dir
 from trace_core.home.migrate import NEW_ITER, NEW_RUN, OLD_ITER, OLD_RUN
 from trace_core.home.shards import ShardWriter
 from trace_core.nodes import nodes_frame, with_anchors
-from trace_core.store import query
+from trace_core.store import needed_schema, query, schema_sql
 
 GROUPS = "SELECT * FROM trajectory_groups ORDER BY ALL"
 
@@ -156,3 +157,14 @@ def test_shards_older_than_the_declared_columns_are_upgraded_once(home, tmp_path
     expected = query(home, "SELECT * FROM nodes ORDER BY node_id")
     assert query(old, "SELECT * FROM nodes ORDER BY node_id").equals(expected)
     assert all("gen_seconds" in pl.read_parquet_schema(f) for f in table_dir(old, "nodes").rglob("*.parquet"))
+
+
+def test_a_named_query_over_groups_creates_no_node_view(home):
+    """Binding a table's view lists every partition of the table: a named query's connection
+    creates only the views and macros the query uses (and those they use)."""
+    made = set(re.findall(r"CREATE OR REPLACE (?:VIEW|MACRO) (\w+)",
+                          needed_schema(schema_sql(home), queries.load_query("wasted_by_depth"))))
+    assert made == {"trajectory_groups", "runs", "scoped_groups"}
+    made = set(re.findall(r"CREATE OR REPLACE (?:VIEW|MACRO) (\w+)",
+                          needed_schema(schema_sql(home), "SELECT * FROM trajectory_groups_from_nodes")))
+    assert made == {"nodes", "trajectory_groups_from_nodes"}

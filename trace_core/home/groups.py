@@ -149,29 +149,37 @@ def _partition_key(part: Path) -> tuple[str, int]:
 def _changed(part: Path) -> int:
     """When the partition last changed: a shard written in place, or one added, renamed or
     removed (its directory's own time)."""
-    return max([part.stat().st_mtime_ns, *(f.stat().st_mtime_ns for f in node_shards(part))])
+    with os.scandir(part) as entries:
+        shards = [e.stat().st_mtime_ns for e in entries if e.name.endswith(".parquet") and e.name != SCHEMA_SHARD]
+    return max([part.stat().st_mtime_ns, *shards])
+
+
+def _partitions(table_root: Path) -> dict[tuple[str, str], Path]:
+    """The ``run_id=R/iteration=N`` directories under a table's directory, by their two names."""
+    out = {}
+    if not table_root.is_dir():
+        return out
+    with os.scandir(table_root) as runs:
+        for run in runs:
+            if run.name.startswith("run_id=") and run.is_dir():
+                with os.scandir(run.path) as its:
+                    out.update({(run.name, it.name): Path(it.path) for it in its
+                                if it.name.startswith("iteration=") and it.is_dir()})
+    return out
 
 
 def stale_partitions(home_dir: str | Path) -> list[Path]:
-    """Node partitions whose summary is missing or older than their last change."""
+    """Node partitions whose summary is missing or older than their last change. Every query
+    opens the home with this check, so it stats directories and files only (~3 a partition)."""
+    summaries = _partitions(table_dir(home_dir, "trajectory_groups"))
     out = []
-    nodes_dir = table_dir(home_dir, "nodes")
-    if not nodes_dir.is_dir():
-        return out
-    for run in os.scandir(nodes_dir):
-        if not (run.is_dir() and run.name.startswith("run_id=")):
-            continue
-        for it in os.scandir(run.path):
-            if not (it.is_dir() and it.name.startswith("iteration=")):
-                continue
-            part = Path(it.path)
-            summary = summary_path(home_dir, *_partition_key(part))
-            try:
-                done = summary.stat().st_mtime_ns
-            except FileNotFoundError:
-                done = -1
-            if done < _changed(part):
-                out.append(part)
+    for key, part in _partitions(table_dir(home_dir, "nodes")).items():
+        try:
+            done = (summaries[key] / f"{SUMMARY_STAGE}.parquet").stat().st_mtime_ns
+        except (KeyError, FileNotFoundError):
+            done = -1
+        if done < _changed(part):
+            out.append(part)
     return sorted(out)
 
 
@@ -199,19 +207,27 @@ def summarise_partition(home_dir: str | Path, part: Path, frame: pl.DataFrame | 
     return target
 
 
-def backfill_groups(home_dir: str | Path, skip: Collection[Path] = ()) -> int:
-    """Write the summaries a home lacks (written before them, or by an older writer); returns the
-    partitions summarised. Partitions holding a shard of ``skip`` are left alone; an unreadable
-    node shard raises ``CorruptShard``; a home the caller cannot write is left alone, with a warning."""
+def backfill_groups(home_dir: str | Path, skip: Collection[Path] = ()) -> dict[Path, str]:
+    """Write the summaries a home lacks (written before them, or by an older writer), saying so in
+    one line. Partitions holding a shard of ``skip`` are left alone. Returns the stale partitions
+    it could not summarise, each as the node shard that does not open (its summary stays as it
+    was) or as the partition itself when the home is not writable, with the reason: the caller
+    reads groups from the nodes then, where the damage is named or the rows are current."""
     held = {Path(p).resolve().parent for p in skip}
     stale = [p for p in stale_partitions(home_dir) if p.resolve() not in held]
-    for k, part in enumerate(stale):
+    left: dict[Path, str] = {}
+    for part in stale:
         try:
             summarise_partition(home_dir, part)
+        except CorruptShard as err:
+            left[err.path] = err.reason
         except PermissionError as err:
-            log.warning("cannot write group summaries under %s (%s): %d iterations answer without their "
-                        "groups until a writer opens the home", home_dir, err, len(stale) - k)
-            return k
-    if stale:
-        log.warning("wrote group summaries for %d node partitions of %s", len(stale), home_dir)
-    return len(stale)
+            left[part] = f"not writable: {err}"
+    if done := len(stale) - len(left):
+        log.warning("wrote group summaries for %d node partitions of %s (written before them, or changed since)",
+                    done, home_dir)
+    if left:  # a damaged shard is named by whoever reads it (a query, the catalogue): one line, not two
+        (log.warning if any(p.is_dir() for p in left) else log.info)(
+            "group summaries of %d node partitions of %s left as they were (first: %s, %s): their groups are "
+            "read from the nodes", len(left), home_dir, *next(iter(left.items())))
+    return left

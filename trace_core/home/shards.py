@@ -60,23 +60,26 @@ def conform(frame: pl.DataFrame, table: str) -> pl.DataFrame:
     return frame.select(cols)
 
 
-def ensure_schema_shards(home_dir: str | Path, skip: Collection[Path] = ()) -> None:
+def ensure_schema_shards(home_dir: str | Path, skip: Collection[Path] = (), *,
+                         summaries: bool = True) -> dict[Path, str]:
     """An empty shard per table, so the views bind (with the declared columns) before any data;
-    rewritten when the declared columns changed. A home in the older layout is moved first, and
-    node partitions without a current group summary (written before the summaries) get one; the
-    partitions holding a shard of ``skip`` (unreadable ones) are left as they are."""
+    rewritten when the declared columns changed. A home in the older layout is moved first. With
+    ``summaries``, node partitions without a current group summary (written before the summaries,
+    or changed since) get one, but those holding a shard of ``skip`` (unreadable ones); returns
+    the partitions left without one (``backfill_groups``: an unreadable node shard, or a home not
+    writable), whose groups must be read from the nodes."""
     if objstore.is_remote(home_dir):  # object storage homes never had the old layout
         for table, schema in TABLES.items():
             if not objstore.exists(url := f"{str(home_dir).rstrip('/')}/shards/{table}/{SCHEMA_SHARD}"):
                 objstore.put_parquet(pl.DataFrame(schema=schema), url)
-        return
+        return {}
     migrate_layout(home_dir)
     for table, schema in TABLES.items():
         path = table_dir(home_dir, table) / SCHEMA_SHARD
         if not path.exists() or _schema_of(path) != schema:
             upgrade_shards(home_dir, table)  # first: a crash in between redoes it at the next open
             write_parquet_atomic(pl.DataFrame(schema=schema), path)
-    backfill_groups(home_dir, skip)
+    return backfill_groups(home_dir, skip) if summaries else {}
 
 
 def upgrade_shards(home_dir: str | Path, table: str) -> int:
@@ -133,7 +136,9 @@ def write_shard(
         raise ValueError(f"{table} rows with run_id other than {run_id!r} in shard {stage!r}")
     if iteration is not None and out.select((pl.col("iteration") != iteration).any()).item():
         raise ValueError(f"{table} rows with iteration other than {iteration} in shard {stage!r}")
-    ensure_schema_shards(home_dir)
+    # the columns only: the rest of the home was summarised when it was opened (ShardWriter, a query),
+    # and this partition is summarised below (scanning every partition per write grew with the run)
+    ensure_schema_shards(home_dir, summaries=False)
     if remote:  # one PUT: the object is whole or absent
         objstore.put_parquet(out, path, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL,
                              statistics=STATISTICS)
