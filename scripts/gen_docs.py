@@ -368,8 +368,8 @@ RESULT_SECTIONS: list[tuple[str, str, Callable[[Path], str], str, str]] = [
      "prefixes stay predicted.",
      "Perfect-ish root prediction buys nothing measurable here: the oracle finds 60 contrastive prompts a "
      "step against TRACE's 55 and the best uniform GRPO's 49, and every row ends within a point of the "
-     "others (one evaluation's SE is ~1.5 points). The issue's figure (TRACE recovers half of the oracle's "
-     "gain over the best uniform GRPO) has no gain to recover at this budget; the "
+     "others (one evaluation's SE is ~1.5 points). The goal that TRACE recover half of the oracle's "
+     "gain over the best uniform GRPO has nothing to recover at this budget; the "
      "[experiments log](experiments.md), point 11, says what that implies."),
     ("Twice as long (20 iterations, 6 seeds)", "learning-tiny-20it.csv", _plain_table,
      "The same with `--set run.iterations=20 --set run.eval_every=5`, GRPO and TRACE side by side in each "
