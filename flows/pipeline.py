@@ -114,6 +114,20 @@ class Handoff:
         return self._stopped
 
 
+def rollout_stages(t: StageTasks, ref: RunRef, cfg: TrainConfig, i: int, before: Any, checkpoint: str, rt: Runtime,
+                   run: StageRunner) -> tuple[PredictorFit, RootAllocation, Generation, PrefixAllocation, Extensions,
+                                              Verified]:
+    """Stages (1)-(6) of iteration ``i`` on the weights at ``checkpoint``: the synchronous loop's
+    and the pipeline's rollout side's."""
+    predictor = run(t.refresh_predictor, ref, cfg, i, before)                              # (1)
+    roots = run(t.allocate_roots, ref, cfg, i, predictor, checkpoint, rt)                  # (2)
+    raw = run(t.generate_raw_rollouts, ref, cfg, i, checkpoint, roots, rt)                 # (3)
+    prefixes = run(t.score_prefixes, ref, cfg, i, predictor, roots, raw, checkpoint, rt)   # (4)
+    extensions = run(t.extend_and_refill, ref, cfg, i, checkpoint, raw, prefixes, rt)      # (5)
+    verified = run(t.verify_rewards, ref, cfg, i, predictor, roots, raw, prefixes, extensions, rt)  # (6)
+    return predictor, roots, raw, prefixes, extensions, verified
+
+
 def rollout_side(h: Handoff, t: StageTasks, ref: RunRef, cfg: TrainConfig, rt: Runtime, run: StageRunner,
                  before: Any, tags: list[str]) -> None:
     """Stages (1)-(6) of every iteration in order, each on the weights of its version."""
@@ -121,13 +135,7 @@ def rollout_side(h: Handoff, t: StageTasks, ref: RunRef, cfg: TrainConfig, rt: R
         for i in range(cfg.run.iterations):
             checkpoint, waited = h.weights(rollout_version(i, cfg.run.max_staleness))
             run.next_iteration(tags=[*tags, iteration_tag(i)])
-            predictor = run(t.refresh_predictor, ref, cfg, i, before)                              # (1)
-            roots = run(t.allocate_roots, ref, cfg, i, predictor, checkpoint, rt)                  # (2)
-            raw = run(t.generate_raw_rollouts, ref, cfg, i, checkpoint, roots, rt)                 # (3)
-            prefixes = run(t.score_prefixes, ref, cfg, i, predictor, roots, raw, checkpoint, rt)   # (4)
-            extensions = run(t.extend_and_refill, ref, cfg, i, checkpoint, raw, prefixes, rt)      # (5)
-            verified = run(t.verify_rewards, ref, cfg, i, predictor, roots, raw, prefixes, extensions, rt)  # (6)
-            h.put_side(i, RolloutSide(predictor, roots, raw, prefixes, extensions, verified, waited))
+            h.put_side(i, RolloutSide(*rollout_stages(t, ref, cfg, i, before, checkpoint, rt, run), waited))
             if h.stopped:
                 return
     except Stopped:

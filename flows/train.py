@@ -22,7 +22,7 @@ from prefect import flow, get_run_logger
 from prefect import tags as prefect_tags
 
 from flows.ending import IterationEnd, eval_plan
-from flows.pipeline import pipelined_iterations
+from flows.pipeline import pipelined_iterations, rollout_stages
 from tasks.artifacts import (
     iteration_tag,
     name_flow_run,
@@ -121,12 +121,8 @@ def train_flow(config: TrainConfig, run_id: str | None = None, home: str = ".tra
             for i in range(cfg.run.iterations):
                 t_iter = time.perf_counter()
                 run.next_iteration(tags=[*tags, iteration_tag(i)])
-                predictor = run(t.refresh_predictor, ref, cfg, i, before)                              # (1)
-                roots = run(t.allocate_roots, ref, cfg, i, predictor, checkpoint, rt)                  # (2)
-                raw = run(t.generate_raw_rollouts, ref, cfg, i, checkpoint, roots, rt)                 # (3)
-                prefixes = run(t.score_prefixes, ref, cfg, i, predictor, roots, raw, checkpoint, rt)   # (4)
-                extensions = run(t.extend_and_refill, ref, cfg, i, checkpoint, raw, prefixes, rt)      # (5)
-                verified = run(t.verify_rewards, ref, cfg, i, predictor, roots, raw, prefixes, extensions, rt)  # (6)
+                predictor, roots, raw, prefixes, extensions, verified = rollout_stages(          # (1)-(6)
+                    t, ref, cfg, i, before, checkpoint, rt, run)
                 update = run(t.update_policy, ref, cfg, i, checkpoint, verified, rt)                   # (7)
                 checkpoint = update.checkpoint
                 end(run, i, IterationResults(predictor=predictor, roots=roots, raw=raw, prefixes=prefixes,
