@@ -38,6 +38,7 @@ class Variant:
     group_size: int | None = None
     oracle_samples: int | None = None
     oracle_roots_only: bool = False
+    max_staleness: int | None = None
 
     def apply(self, base: TrainConfig) -> TrainConfig:
         """``base`` as this row trains it: the shared allocation fields, the strategy's own section,
@@ -49,17 +50,20 @@ class Variant:
         if self.oracle_samples is not None:
             cfg.predictor.oracle_samples = self.oracle_samples
             cfg.predictor.oracle_stages = "roots" if self.oracle_roots_only else "both"
+        if self.max_staleness is not None:
+            cfg.run.max_staleness = self.max_staleness
         return TrainConfig.model_validate(cfg.model_dump())
 
 
 def parse_variant(text: str, known: list[str]) -> Variant:
-    """``NAME[@N][@oracleK|@rootoracleK]``: strategy NAME, group size N (uniform-root strategies
-    only), K oracle samples per candidate prompt and open prefix (``rootoracle``: per candidate
-    prompt only, prefixes stay predicted); a ValueError says what is wrong in one line."""
+    """``NAME[@N][@oracleK|@rootoracleK][@staleS]``: strategy NAME, group size N (uniform-root
+    strategies only), K oracle samples per candidate prompt and open prefix (``rootoracle``: per
+    candidate prompt only, prefixes stay predicted), the pipelined flow at ``run.max_staleness: S``;
+    a ValueError says what is wrong in one line."""
     name, *mods = [part.strip() for part in text.strip().split("@")]
     if name not in known:
         raise ValueError(f"unknown strategy {name!r} in {text!r}; known: {', '.join(known)}")
-    group = oracle = None
+    group = oracle = stale = None
     roots_only = False
     for mod in mods:
         if mod.isdigit() and 1 <= int(mod) <= 64 and group is None:
@@ -68,12 +72,15 @@ def parse_variant(text: str, known: list[str]) -> Variant:
             group = int(mod)
         elif (m := re.fullmatch(r"(root)?oracle(\d+)", mod)) and 1 <= int(m[2]) <= 64 and oracle is None:
             oracle, roots_only = int(m[2]), bool(m[1])
+        elif (m := re.fullmatch(r"stale(\d+)", mod)) and 1 <= int(m[1]) <= 8 and stale is None:
+            stale = int(m[1])
         else:
-            raise ValueError(f"{text!r}: {mod!r} is neither a group size (1-64) nor oracleK / rootoracleK (K 1-64), "
-                             "once each")
+            raise ValueError(f"{text!r}: {mod!r} is neither a group size (1-64), oracleK / rootoracleK (K 1-64) "
+                             "nor staleS (S 1-8), once each")
     label = (name + (f"@{group}" if group is not None else "")
-             + (f"@{'root' if roots_only else ''}oracle{oracle}" if oracle is not None else ""))
-    return Variant(label, name, group, oracle, roots_only)
+             + (f"@{'root' if roots_only else ''}oracle{oracle}" if oracle is not None else "")
+             + (f"@stale{stale}" if stale is not None else ""))
+    return Variant(label, name, group, oracle, roots_only, stale)
 
 
 def child_run_id(compare_id: str, strategy: str, seed: int) -> str:

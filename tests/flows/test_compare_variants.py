@@ -30,6 +30,8 @@ def test_a_group_size_and_the_oracle_are_rows_of_their_own():
     ("grpo@0", "neither a group size"),
     ("grpo@4@8", "neither a group size"),
     ("grpo@oracle", "neither a group size"),
+    ("trace@stale0", "neither a group size"),
+    ("trace@stale1@stale2", "neither a group size"),
 ])
 def test_a_malformed_row_is_one_line(text, says):
     with pytest.raises(ValueError, match=says) as err:
@@ -44,3 +46,13 @@ def test_a_stored_run_names_its_row_from_its_config():
     oracle = parse_variant("trace@rootoracle4", strategy_names()).apply(TrainConfig()).model_dump()
     assert run_label(grpo4, group_sizes_differ=True) == "grpo@4" and run_label(grpo4) == "grpo"
     assert run_label(oracle, group_sizes_differ=True) == "trace@rootoracle4"
+
+
+def test_a_pipelined_run_is_a_row_of_its_own():
+    from trace_core.allocation.strategies import run_label
+
+    stale = parse_variant("trace@stale1", strategy_names())
+    cfg = stale.apply(TrainConfig())
+    assert (stale.label, cfg.run.max_staleness, TrainConfig().run.max_staleness) == ("trace@stale1", 1, 0)
+    assert run_label(cfg.model_dump()) == "trace@stale1" and run_label(TrainConfig().model_dump()) == "trace"
+    assert child_run_id("cmp", "trace@stale1", 2) == "cmp-trace-stale1-s2"

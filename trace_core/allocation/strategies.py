@@ -91,13 +91,16 @@ GROUP_SIZE_STRATEGIES = ("grpo", "dapo", "pcl", "treepo", "trace-prefix")
 def run_label(config: dict, group_sizes_differ: bool = False) -> str:
     """The row a run belongs to in a comparison, from its config (``runs.config_json``):
     its strategy, ``@N`` for a uniform strategy's group size when ``group_sizes_differ``, and
-    ``@oracleK`` / ``@rootoracleK`` for the oracle bound (``compare``'s variant names)."""
+    ``@oracleK`` / ``@rootoracleK`` for the oracle bound and ``@staleS`` for a pipelined run
+    (``compare``'s variant names)."""
     alloc, pred = config.get("allocation", {}), config.get("predictor", {})
     label = str(alloc.get("strategy", "?"))
     if group_sizes_differ and label in GROUP_SIZE_STRATEGIES:
         label += f"@{alloc.get('group_size')}"
     if pred.get("oracle_samples"):
         label += f"@{'root' if pred.get('oracle_stages') == 'roots' else ''}oracle{pred['oracle_samples']}"
+    if config.get("run", {}).get("max_staleness"):
+        label += f"@stale{config['run']['max_staleness']}"
     return label
 
 
