@@ -29,12 +29,34 @@ def _read(home: Path, table: str, prefix: str) -> pl.DataFrame:
     return pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed") if files else pl.DataFrame()
 
 
+def wall_timings(iters: pl.DataFrame, runs: pl.DataFrame, evals: pl.DataFrame) -> pl.DataFrame:
+    """``timings`` replaced by each iteration's wall-clock seconds: the time between its row and the
+    previous one (evaluations included, as every run makes the same ones); iteration 0 from the run's
+    start, its warm-start evaluation left out."""
+    before = (evals.filter((pl.col("iteration") == 0) & (pl.col("split") == "heldout") & (pl.col("family") == "all"))
+              .group_by("run_id").agg(pl.col("seconds").first().alias("before_s")))
+    it = (iters.sort("run_id", "iteration")
+          .join(runs.select("run_id", "started_at"), on="run_id", how="left")
+          .join(before, on="run_id", how="left")
+          .with_columns(prev=pl.col("created_at").shift(1).over("run_id")))
+    wall = (pl.when(pl.col("prev").is_null())
+            .then((pl.col("created_at") - pl.col("started_at")).dt.total_microseconds() / 1e6
+                  - pl.col("before_s").fill_null(0.0))
+            .otherwise((pl.col("created_at") - pl.col("prev")).dt.total_microseconds() / 1e6))
+    return (it.with_columns(wall.alias("wall_s"))
+            .with_columns(pl.format('{{"wall": {}}}', pl.col("wall_s").round(3)).alias("timings"))
+            .drop("started_at", "before_s", "prev", "wall_s"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--prefix", default="", help="only runs whose id starts with this")
     ap.add_argument("--out", type=Path, default=None, help="directory for plots and CSVs")
     ap.add_argument("--baseline", default="grpo", help="the row the others are paired with (e.g. grpo@4)")
+    ap.add_argument("--clock", choices=("stages", "wall"), default="stages",
+                    help="seconds axis: the seven stages' seconds summed (default), or wall-clock seconds "
+                         "(a pipelined run overlaps its stages: their sum is work, not time)")
     args = ap.parse_args()
     evals, iters = _read(args.home, "evaluations", args.prefix), _read(args.home, "iterations", args.prefix)
     runs = _read(args.home, "runs", args.prefix)
@@ -50,6 +72,9 @@ def main() -> None:
     evals, iters = (f.with_columns(pl.col("run_id").replace_strict(label, default=pl.col("strategy")).alias("strategy"),
                                    pl.col("run_id").replace_strict(rename, default=pl.col("run_id")))
                     for f in (evals, iters))
+    if args.clock == "wall":
+        iters = wall_timings(iters, runs.with_columns(pl.col("run_id").replace_strict(rename, default=pl.col("run_id"))),
+                             evals)
     curves = curve_frame(iters, evals)
     rows = sorted(set(curves["strategy"].to_list()))
     if args.baseline not in rows:
