@@ -93,8 +93,17 @@ class Chaos:
     def start(self, cmd: list[str]) -> subprocess.Popen:
         self.log.write(f"\n$ {' '.join(cmd)}\n")
         self.log.flush()
-        return subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        self.current = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        return self.current
+
+    def stop_current(self) -> None:
+        """SIGKILL to the command in flight (its own session), when the script itself is stopped."""
+        proc = getattr(self, "current", None)
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
     def run_clean(self, home: Path, run_id: str) -> None:
         t0 = time.monotonic()
@@ -250,11 +259,17 @@ def main() -> int:
         print("full-disk faults left out: a tmpfs needs root and mount", flush=True)
         kinds.remove("full-disk")
     t0 = time.monotonic()
+
+    def _stopped(signum, _frame):  # unwind: the command in flight, the tmpfs, the server
+        raise SystemExit(f"chaos: stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, _stopped)
     with contextlib.ExitStack() as stack:
         stack.enter_context(temporary_server())
         chaos.env["PREFECT_API_URL"] = PREFECT_API_URL.value()
         if mounted:
             stack.callback(subprocess.run, ["umount", "-l", str(home)], capture_output=True)
+        stack.callback(chaos.stop_current)  # first on the way out
         chaos.run_clean(clean_home, RUN_ID)
         problems, done = [], []
         for k in range(args.faults):
