@@ -126,6 +126,26 @@ GROUP_SCHEMA: dict[str, pl.DataType] = {
     "flips": pl.Int64,  # extension group: continuations whose reward differs from the owner's
 }
 
+# One row per prompt per iteration: its groups summed, written beside the group summary. The one
+# question that groups by prompt (top_wasted_prompts: millions of distinct prompts in a long run
+# over a fresh prompt stream) reads half the rows of the group summaries, and narrower ones.
+PROMPT_GROUP_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.Utf8,
+    "strategy": pl.Utf8,
+    "iteration": pl.Int32,
+    "prompt_id": pl.Utf8,
+    "task": pl.Utf8,
+    "difficulty": pl.Int32,
+    "raw_groups": pl.Int64,  # the prompt's raw groups in the iteration (1 when it was sampled)
+    "groups": pl.Int64,  # raw and extension groups
+    "trajectories": pl.Int64,  # sums of the trajectory_groups columns of the same name
+    "tokens": pl.Int64,
+    "successes": pl.Float64,
+    "effective": pl.Int64,
+    "effective_tokens": pl.Int64,
+    "wasted": pl.Int64,  # trajectories - effective
+}
+
 #: tables written once per run, not per iteration (their shards sit directly under ``run_id=R/``)
 RUN_TABLES = frozenset({"runs"})
 
@@ -137,6 +157,7 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
     "predictions": PREDICTION_SCHEMA,
     "runs": RUN_SCHEMA,
     "trajectory_groups": GROUP_SCHEMA,
+    "prompt_groups": PROMPT_GROUP_SCHEMA,
 }
 
 #: row order within a shard, for tables whose rows are free to reorder: with row-group statistics,

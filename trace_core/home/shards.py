@@ -20,6 +20,7 @@ from trace_core.home.groups import (
     SUMMARY_STAGE,
     backfill_groups,
     group_rows,
+    prompt_rows,
     summarise_partition,
 )
 from trace_core.home.layout import (
@@ -152,11 +153,14 @@ def write_shard(
 
 
 def _summarise_remote(home: str, frame: pl.DataFrame, written: str, run_id: str, iteration: int) -> None:
-    """The group summary of an object-storage node partition: ``frame`` and its other shards."""
+    """The group and prompt summaries of an object-storage node partition: ``frame`` and its other shards."""
     others = [objstore.read_parquet(u) for u in objstore.list_parquet(written.rsplit("/", 1)[0]) if u != written]
     whole = pl.concat([f.select([c for c in NODE_COLUMNS if c in f.columns]) for f in [frame, *others]],
                       how="diagonal_relaxed")
-    objstore.put_parquet(group_rows(whole), shard_url(home, "trajectory_groups", run_id, SUMMARY_STAGE, iteration),
+    groups = group_rows(whole)
+    objstore.put_parquet(prompt_rows(groups), shard_url(home, "prompt_groups", run_id, SUMMARY_STAGE, iteration),
+                         compression=COMPRESSION, compression_level=COMPRESSION_LEVEL, statistics=STATISTICS)
+    objstore.put_parquet(groups, shard_url(home, "trajectory_groups", run_id, SUMMARY_STAGE, iteration),
                          compression=COMPRESSION, compression_level=COMPRESSION_LEVEL, statistics=STATISTICS,
                          row_group_size=ROW_GROUP_ROWS["trajectory_groups"])
 
