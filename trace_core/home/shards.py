@@ -26,6 +26,7 @@ from trace_core.home.groups import (
 from trace_core.home.layout import (
     COMPRESSION,
     COMPRESSION_LEVEL,
+    NODE_WRITE,
     ROW_GROUP_ROWS,
     SCHEMA_SHARD,
     STATISTICS,
@@ -149,7 +150,7 @@ def write_shard(
         if table == "nodes":
             _summarise_remote(home_dir, out, path, run_id, iteration)
         return path
-    write_parquet_atomic(out, path)
+    write_parquet_atomic(out, path, **(NODE_WRITE if table == "nodes" else {}))
     if table == "nodes":
         summarise_partition(home_dir, path.parent, frame=out, written=path)
     return path
