@@ -8,6 +8,6 @@ SELECT
     round(sum(effective) / sum(trajectories), 4) AS effective_ratio,
     sum(tokens)::BIGINT AS tokens,
     round(1000 * sum(effective) / nullif(sum(tokens), 0), 4) AS effective_per_1k_tokens
-FROM scoped_groups($run_id::VARCHAR)
+FROM scoped_prompt_groups($run_id::VARCHAR)
 GROUP BY strategy
 ORDER BY effective_ratio DESC, strategy;

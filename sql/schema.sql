@@ -54,6 +54,16 @@ UNION ALL BY NAME
 SELECT * FROM read_parquet('shards/trajectory_groups/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
     hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, allow_empty = true);
 
+-- One row per prompt per iteration: its groups summed (trajectory_groups' columns of the same
+-- names; wasted = trajectories - effective), written beside the group summary. Half the rows of
+-- the group summaries: the named queries that need no group's depth or anchor read these, and so
+-- does the one that groups by prompt (top_wasted_prompts: millions of distinct prompts in a long run).
+CREATE OR REPLACE VIEW prompt_groups AS
+SELECT * FROM read_parquet('shards/prompt_groups/_schema.parquet')
+UNION ALL BY NAME
+SELECT * FROM read_parquet('shards/prompt_groups/run_id=*/iteration=*/*.parquet', hive_partitioning = true,
+    hive_types = {'run_id': VARCHAR, 'iteration': INTEGER}, allow_empty = true);
+
 -- One row per run (its shard is rewritten when the run starts, finishes or fails).
 CREATE OR REPLACE VIEW runs AS
 SELECT * FROM read_parquet('shards/runs/_schema.parquet')
@@ -267,6 +277,13 @@ SELECT run_id FROM runs WHERE parent_run_id = run_filter;
 CREATE OR REPLACE MACRO scoped_groups(run_filter) AS TABLE
 SELECT *
 FROM trajectory_groups
+WHERE run_filter IS NULL OR run_id = run_filter
+    OR run_id IN (SELECT run_id FROM runs WHERE parent_run_id = run_filter);
+
+-- The prompt_groups of one run (every run when run_filter is NULL), as scoped_groups.
+CREATE OR REPLACE MACRO scoped_prompt_groups(run_filter) AS TABLE
+SELECT *
+FROM prompt_groups
 WHERE run_filter IS NULL OR run_id = run_filter
     OR run_id IN (SELECT run_id FROM runs WHERE parent_run_id = run_filter);
 

@@ -7,6 +7,6 @@ SELECT
     sum(trajectories - effective)::BIGINT AS wasted,
     round(sum(trajectories - effective) / sum(trajectories), 4) AS wasted_share,
     round(sum(successes) / sum(trajectories), 4) AS mean_reward
-FROM scoped_groups($run_id::VARCHAR)
+FROM scoped_prompt_groups($run_id::VARCHAR)
 GROUP BY run_id, task, difficulty
 ORDER BY run_id, task, difficulty;

@@ -1,5 +1,6 @@
 -- Where was the rollout budget wasted, iteration by iteration?
--- wasted = generated trajectories in zero-contrast groups (see the trajectory_groups view).
+-- wasted = generated trajectories in zero-contrast groups (see the trajectory_groups view),
+-- summed per prompt (prompt_groups).
 SELECT
     run_id,
     any_value(strategy) AS strategy,
@@ -10,6 +11,6 @@ SELECT
     round(sum(effective) / sum(trajectories), 4) AS effective_ratio,
     sum(tokens)::BIGINT AS tokens,
     sum(tokens - effective_tokens)::BIGINT AS wasted_tokens
-FROM scoped_groups($run_id::VARCHAR)
+FROM scoped_prompt_groups($run_id::VARCHAR)
 GROUP BY run_id, iteration
 ORDER BY run_id, iteration;

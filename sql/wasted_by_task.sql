@@ -7,6 +7,6 @@ SELECT
     round(sum(trajectories - effective) / sum(trajectories), 4) AS wasted_share,
     round(sum(successes) / sum(trajectories), 4) AS mean_reward,
     sum(tokens - effective_tokens)::BIGINT AS wasted_tokens
-FROM scoped_groups($run_id::VARCHAR)
+FROM scoped_prompt_groups($run_id::VARCHAR)
 GROUP BY run_id, task
 ORDER BY run_id, wasted DESC, task;

@@ -177,7 +177,7 @@ def ingest(home: Path, n_nodes: int, iterations: int) -> int:
             groups_per_iter = group_rows(frame).height
             summary_s = time.perf_counter() - t0
         t0, c0 = time.perf_counter(), cpu_s()
-        writer.write("nodes", frame, iteration=it, stage="final")  # + the partition's group summary
+        writer.write("nodes", frame, iteration=it, stage="final")  # + the partition's group and prompt summaries
         t1 = time.perf_counter()
         node_cpu += cpu_s() - c0
         for table, rows_ in side_tables(frame, it).items():
@@ -188,13 +188,15 @@ def ingest(home: Path, n_nodes: int, iterations: int) -> int:
         groups += groups_per_iter
     size = sum(p.stat().st_size for p in (home / "shards" / "nodes").rglob("*.parquet"))
     gsize = sum(p.stat().st_size for p in (home / "shards" / "trajectory_groups").rglob("*.parquet"))
+    psize = sum(p.stat().st_size for p in (home / "shards" / "prompt_groups").rglob("*.parquet"))
     print(f"ingest: {rows:,} nodes in {iterations} iterations ({per_iter * PER_PROMPT:,} nodes each), "
           f"{node_s:.1f} s -> {rows / node_s / 1e6:.2f} M node rows/s (CPU {node_cpu:.1f} s: "
           f"{rows / node_cpu / 1e6:.2f} M rows per CPU second) {load()}")
-    print(f"  each iteration: node shard + its group summary (~{groups_per_iter:,} groups, computed in "
+    print(f"  each iteration: node shard + its group and prompt summaries (~{groups_per_iter:,} groups, computed in "
           f"{summary_s:.3f} s of {node_s / iterations:.3f} s), through ShardWriter (temp file, fsync, rename); "
           f"prompts / predictions / iteration rows {side_s:.1f} s more")
-    print(f"  on disk: nodes {size / 2**20:,.0f} MiB, group summaries {gsize / 2**20:,.0f} MiB ({groups:,} rows); "
+    print(f"  on disk: nodes {size / 2**20:,.0f} MiB, group summaries {gsize / 2**20:,.0f} MiB ({groups:,} rows), "
+          f"prompt summaries {psize / 2**20:,.0f} MiB; "
           f"{peak_rss()}")
     return rows
 

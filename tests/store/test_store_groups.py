@@ -85,6 +85,34 @@ def test_named_query_same_from_summaries_and_nodes(request, store, name):
         assert ours.equals(raw), (name, run_id, ours, raw)
 
 
+# top_wasted_prompts as it read the group summaries before the prompt summaries: the reference
+TOP_WASTED_FROM_GROUPS = """
+SELECT run_id, prompt_id, any_value(task) AS task, any_value(difficulty) AS difficulty,
+    count(*) FILTER (WHERE origin = 'raw') AS iterations, sum(trajectories)::BIGINT AS trajectories,
+    sum(trajectories - effective)::BIGINT AS wasted, round(sum(successes) / sum(trajectories), 4) AS mean_reward
+FROM scoped_groups($run_id::VARCHAR)
+GROUP BY run_id, prompt_id
+HAVING sum(trajectories - effective) > 0
+ORDER BY wasted DESC, run_id, prompt_id
+LIMIT 20
+"""
+
+
+@pytest.mark.parametrize("store", ["home", "random_home"])
+@pytest.mark.parametrize("name", ["effective_ratio_by_strategy", "wasted_by_difficulty", "wasted_by_iteration",
+                                  "wasted_by_task", "top_wasted_prompts"])
+def test_queries_over_prompt_summaries_same_as_over_groups(request, store, name):
+    """The named queries that read the prompt summaries answer as they did over the groups."""
+    path = request.getfixturevalue(store)
+    sql = queries.load_query(name)
+    assert "scoped_prompt_groups" in sql
+    over_groups = TOP_WASTED_FROM_GROUPS if name == "top_wasted_prompts" else \
+        sql.replace("scoped_prompt_groups", "scoped_groups")
+    for run_id in (None, "r1", "x2"):
+        ours = query(path, sql, {"run_id": run_id})
+        assert ours.equals(query(path, over_groups, {"run_id": run_id})), (name, run_id)
+
+
 @pytest.mark.parametrize("store", ["home", "random_home"])
 def test_summary_rows_equal_the_node_view(request, store):
     path = request.getfixturevalue(store)
@@ -110,6 +138,17 @@ def test_old_home_gets_its_summaries_when_opened(home, tmp_path):
     for name in queries.list_queries():
         assert queries.run_named_query(old, name).equals(queries.run_named_query(home, name)), name
     assert stale_partitions(old) == [] and summary_path(old, "r1", 0).is_file()
+
+
+def test_home_without_prompt_summaries_gets_them_when_opened(home, tmp_path):
+    """A home whose group summaries predate the prompt summaries: each partition is summarised
+    again on the first open, and top_wasted_prompts answers the same."""
+    old = tmp_path / "no_prompts"
+    shutil.copytree(home, old)
+    shutil.rmtree(table_dir(old, "prompt_groups"))
+    assert len(stale_partitions(old)) == 3
+    assert queries.run_named_query(old, "top_wasted_prompts").equals(queries.run_named_query(home, "top_wasted_prompts"))
+    assert stale_partitions(old) == [] and summary_path(old, "r1", 0, "prompt_groups").is_file()
 
 
 def test_old_layout_home_migrated_then_summarised(home, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from store_fixture import fixture_nodes
 
 from trace_core import store
-from trace_core.home import shards
+from trace_core.home import layout, shards
 from trace_core.home.layout import shard_path
 from trace_core.home.shards import ShardWriter, write_shard
 from trace_core.nodes import NODE_SCHEMA
@@ -79,6 +79,7 @@ def test_failed_write_leaves_old_shard_and_no_temp_file(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(pl.DataFrame, "write_parquet", boom)
+    monkeypatch.setattr(layout.pq, "write_table", lambda *a, **k: boom(None))  # node shards' writer
     with pytest.raises(OSError, match="disk full"):
         w.write("nodes", _nodes().head(1), iteration=0, stage="raw_rollouts")
     assert path.read_bytes() == before

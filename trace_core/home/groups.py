@@ -10,7 +10,9 @@ next opened (``backfill_groups``), so the named queries read ``trajectory_groups
 
 Rows are sorted by ``SORT_KEYS['trajectory_groups']`` so a filter on task or depth skips row
 groups by their statistics; at ~1 group per 10 nodes, scanning them is what makes the
-wasted-rollout queries independent of the node count's constant factor.
+wasted-rollout queries independent of the node count's constant factor. Beside each group summary
+sits the partition's prompt summary (``prompt_rows``: its groups summed per prompt, half the rows),
+what the one question grouping by prompt reads (``sql/top_wasted_prompts.sql``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import polars as pl
 
 from trace_core.home.layout import (
     GROUP_SCHEMA,
+    PROMPT_GROUP_SCHEMA,
     ROW_GROUP_ROWS,
     SCHEMA_SHARD,
     SORT_KEYS,
@@ -115,6 +118,26 @@ def group_rows(nodes: pl.DataFrame) -> pl.DataFrame:
     return out.sort([*_KEYS, *SORT_KEYS["trajectory_groups"]], nulls_last=True)
 
 
+def prompt_rows(groups: pl.DataFrame) -> pl.DataFrame:
+    """One row per (run, iteration, prompt) of ``group_rows``' output, its groups summed, with
+    exactly ``PROMPT_GROUP_SCHEMA``'s columns (the ``prompt_groups`` view over the groups recomputed
+    from the nodes, ``sql/catalog/groups_from_nodes.sql``, is the same definition). Strategy, task
+    and difficulty are keys too (one value a prompt), so a sum over them equals the groups' sum."""
+    successes = pl.col("successes")
+    out = groups.group_by(*_KEYS, *_PROMPT_KEYS).agg(
+        (pl.col("origin") == "raw").sum().alias("raw_groups"),
+        pl.len().alias("groups"),
+        *[pl.col(c).sum() for c in ("trajectories", "tokens", "effective", "effective_tokens")],
+        pl.when(successes.count() > 0).then(successes.sum()).alias("successes"),  # SQL: NULL over no reward
+        (pl.col("trajectories") - pl.col("effective")).sum().alias("wasted"),
+    )
+    return (out.select(pl.col(c).cast(dt) for c, dt in PROMPT_GROUP_SCHEMA.items())
+            .sort([*_KEYS, "task", "difficulty", "prompt_id", "strategy"], nulls_last=True))
+
+
+_PROMPT_KEYS = ("prompt_id", "strategy", "task", "difficulty")
+
+
 # ----------------------------------------------------------------------------- a local partition
 def node_shards(part: Path) -> list[Path]:
     """The node shards of one ``run_id=R/iteration=N`` directory (no temporary files)."""
@@ -138,8 +161,17 @@ def read_partition(files: list[Path], skip: Path | None = None) -> pl.DataFrame:
     return whole if "anchor_id" in whole.columns else with_anchors(whole)
 
 
-def summary_path(home_dir: str | Path, run_id: str, iteration: int) -> Path:
-    return shard_path(home_dir, "trajectory_groups", run_id, SUMMARY_STAGE, iteration)
+def summary_path(home_dir: str | Path, run_id: str, iteration: int, table: str = "trajectory_groups") -> Path:
+    """The partition's group summary, or with ``table="prompt_groups"`` its prompt summary."""
+    return shard_path(home_dir, table, run_id, SUMMARY_STAGE, iteration)
+
+
+def write_summaries(groups: pl.DataFrame, home_dir: str | Path, run_id: str, iteration: int) -> Path:
+    """The partition's prompt summary, then its group summary (the one whose time says the
+    partition is summarised, ``stale_partitions``); returns the group summary's path."""
+    write_parquet_atomic(prompt_rows(groups), summary_path(home_dir, run_id, iteration, "prompt_groups"))
+    target = summary_path(home_dir, run_id, iteration)
+    return write_parquet_atomic(groups, target, row_group_size=ROW_GROUP_ROWS["trajectory_groups"])
 
 
 def _partition_key(part: Path) -> tuple[str, int]:
@@ -169,13 +201,14 @@ def _partitions(table_root: Path) -> dict[tuple[str, str], Path]:
 
 
 def stale_partitions(home_dir: str | Path) -> list[Path]:
-    """Node partitions whose summary is missing or older than their last change. Every query
-    opens the home with this check, so it stats directories and files only (~3 a partition)."""
-    summaries = _partitions(table_dir(home_dir, "trajectory_groups"))
+    """Node partitions whose summaries (groups, prompts) are missing or older than their last
+    change. Every query opens the home with this check, so it stats directories and files only
+    (~4 a partition)."""
+    summaries = [_partitions(table_dir(home_dir, t)) for t in ("trajectory_groups", "prompt_groups")]
     out = []
     for key, part in _partitions(table_dir(home_dir, "nodes")).items():
         try:
-            done = (summaries[key] / f"{SUMMARY_STAGE}.parquet").stat().st_mtime_ns
+            done = min((s[key] / f"{SUMMARY_STAGE}.parquet").stat().st_mtime_ns for s in summaries)
         except (KeyError, FileNotFoundError):
             done = -1
         if done < _changed(part):
@@ -194,12 +227,13 @@ def summarise_partition(home_dir: str | Path, part: Path, frame: pl.DataFrame | 
         files = node_shards(part)
         if not files:
             target.unlink(missing_ok=True)
+            summary_path(home_dir, run_id, iteration, "prompt_groups").unlink(missing_ok=True)
             return None
         seen = _changed(part)
         rest = read_partition(files, skip=written if frame is not None else None)
         mine = None if frame is None else frame.select([c for c in NODE_COLUMNS if c in frame.columns])
         whole = rest if mine is None else pl.concat([mine, rest], how="diagonal_relaxed") if rest.height else mine
-        write_parquet_atomic(group_rows(whole), target, row_group_size=ROW_GROUP_ROWS["trajectory_groups"])
+        write_summaries(group_rows(whole), home_dir, run_id, iteration)
         if _changed(part) == seen:
             return target
         frame = written = None  # changed meanwhile: read everything again

@@ -24,6 +24,7 @@ from itertools import takewhile
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from trace_core.nodes import NODE_SCHEMA
 
@@ -126,6 +127,26 @@ GROUP_SCHEMA: dict[str, pl.DataType] = {
     "flips": pl.Int64,  # extension group: continuations whose reward differs from the owner's
 }
 
+# One row per prompt per iteration: its groups summed, written beside the group summary. The one
+# question that groups by prompt (top_wasted_prompts: millions of distinct prompts in a long run
+# over a fresh prompt stream) reads half the rows of the group summaries, and narrower ones.
+PROMPT_GROUP_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.Utf8,
+    "strategy": pl.Utf8,
+    "iteration": pl.Int32,
+    "prompt_id": pl.Utf8,
+    "task": pl.Utf8,
+    "difficulty": pl.Int32,
+    "raw_groups": pl.Int64,  # the prompt's raw groups in the iteration (1 when it was sampled)
+    "groups": pl.Int64,  # raw and extension groups
+    "trajectories": pl.Int64,  # sums of the trajectory_groups columns of the same name
+    "tokens": pl.Int64,
+    "successes": pl.Float64,
+    "effective": pl.Int64,
+    "effective_tokens": pl.Int64,
+    "wasted": pl.Int64,  # trajectories - effective
+}
+
 #: tables written once per run, not per iteration (their shards sit directly under ``run_id=R/``)
 RUN_TABLES = frozenset({"runs"})
 
@@ -137,6 +158,7 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
     "predictions": PREDICTION_SCHEMA,
     "runs": RUN_SCHEMA,
     "trajectory_groups": GROUP_SCHEMA,
+    "prompt_groups": PROMPT_GROUP_SCHEMA,
 }
 
 #: row order within a shard, for tables whose rows are free to reorder: with row-group statistics,
@@ -158,6 +180,14 @@ COMPRESSION_LEVEL = 1
 # filter on run_id / iteration (or, in sorted group shards, task / depth) skips row groups by them;
 # bench_store.py checks the skipping with EXPLAIN
 STATISTICS = True
+# Node shards, the bulk of a home: dictionaries only on the repeated text columns (ids and model text
+# are mostly unique, so a dictionary is built, then abandoned) and min / max statistics only on
+# run_id and iteration, what the catalogue skips row groups by (the other columns' skip nothing: a
+# shard is one iteration's nodes in the stages' order, one row group). Written by pyarrow, which
+# takes both per column: ~13% less CPU and ~25% smaller files than polars' writer with every
+# column's statistics (100k benchmark nodes: 64 vs 74 ms CPU, 837 vs 1,105 KiB)
+NODE_WRITE = {"dictionary": ("run_id", "strategy", "task", "origin", "reward_reason"),
+              "statistics": ("run_id", "iteration")}
 
 
 class CorruptShard(ValueError):
@@ -223,8 +253,11 @@ def shard_url(home: str, table: str, run_id: str, stage: str, iteration: int | N
     return f"{home.rstrip('/')}/{shard_relpath(table, run_id, stage, iteration)}"
 
 
-def write_parquet_atomic(frame: pl.DataFrame, path: Path, row_group_size: int | None = None) -> Path:
+def write_parquet_atomic(frame: pl.DataFrame, path: Path, row_group_size: int | None = None, *,
+                         dictionary: tuple[str, ...] | None = None, statistics: tuple[str, ...] | None = None) -> Path:
     """Write ``frame`` to ``path`` so that readers see the old file, or the whole new one.
+    ``dictionary`` / ``statistics``: the only columns dictionary-encoded / given min-max statistics
+    (``NODE_WRITE``; default: polars' writer, dictionaries where they pay, statistics everywhere).
 
     Temporary file in the same directory (``os.replace`` is atomic only within a filesystem),
     named ``*.tmp`` so the views' ``*.parquet`` glob never matches a half-written shard, created
@@ -236,8 +269,13 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path, row_group_size: int | 
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
-            frame.write_parquet(fh, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL,
-                               statistics=STATISTICS, row_group_size=row_group_size)
+            if dictionary is None and statistics is None:
+                frame.write_parquet(fh, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL,
+                                   statistics=STATISTICS, row_group_size=row_group_size)
+            else:
+                pq.write_table(frame.to_arrow(), fh, row_group_size=row_group_size, compression=COMPRESSION,
+                               compression_level=COMPRESSION_LEVEL, use_dictionary=list(dictionary or ()),
+                               write_statistics=list(statistics or ()))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
