@@ -164,7 +164,7 @@ class Chaos:
 
     def fill(self, home: Path) -> Path:
         ballast = home / "ballast"
-        with open(ballast, "wb") as f:
+        with open(ballast, "wb", buffering=0) as f:  # unbuffered: nothing left to flush (and fail) at close
             try:
                 while True:
                     f.write(b"\0" * (1 << 20))
