@@ -60,6 +60,11 @@ def main() -> None:
     args = ap.parse_args()
     evals, iters = _read(args.home, "evaluations", args.prefix), _read(args.home, "iterations", args.prefix)
     runs = _read(args.home, "runs", args.prefix)
+    if runs.height and "status" in runs.columns:  # a run still training would cut every curve at its tokens
+        unfinished = runs.filter(pl.col("status") != "finished")["run_id"].to_list()
+        if unfinished:
+            print(f"left out (not finished): {', '.join(sorted(unfinished))}")
+            evals, iters, runs = (f.filter(~pl.col("run_id").is_in(unfinished)) for f in (evals, iters, runs))
     if evals.height == 0:
         raise SystemExit(f"no evaluations under {args.home} for prefix {args.prefix!r}")
     # pair by run seed: a run's id becomes <row>-s<seed>, its row the strategy with compare's variant
