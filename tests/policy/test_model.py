@@ -49,3 +49,17 @@ def test_shipped_checkpoint_loads_and_is_small():
     chat = ChatFormat(tok)
     assert chat.stop_strings == () and len(chat.stop_token_ids) == 4
     assert (TINY_WARM_DIR / "model.safetensors").stat().st_size < 16e6
+
+
+def test_models_loaded_by_threads_at_once_hold_real_weights():
+    """The pipelined flow's two sides may load a checkpoint at the same moment (both resume at
+    once): every model gets its weights, none is left on the meta device."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        models = [m for m, _ in pool.map(lambda _: load_policy(), range(4))]
+    reference = dict(models[0].named_parameters())
+    for model in models:
+        for name, p in model.named_parameters():
+            assert not p.is_meta, name
+            assert torch.equal(p, reference[name]), name

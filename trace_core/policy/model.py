@@ -6,6 +6,7 @@ Nothing is downloaded: every load passes ``local_files_only=True``. ``ModelConfi
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,14 @@ def n_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
+#: One model load at a time in a process. ``from_pretrained`` builds the model under process-wide
+#: patches (empty-weight init, tie-weights state), so a second thread loading at the same moment —
+#: the pipelined flow's rollout side and its update side, both resuming — can get parameters left
+#: on the meta device ("Cannot copy out of meta tensor"), seen in a chaos run; four threads loading
+#: the shipped checkpoint at once reproduce it every time without the lock.
+_LOAD_LOCK = threading.Lock()
+
+
 def load_policy(src: str | Path | ModelConfig | None = None, *, dtype: str | None = None) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` from a local directory; never touches a hub.
 
@@ -73,9 +82,10 @@ def load_policy(src: str | Path | ModelConfig | None = None, *, dtype: str | Non
         raise FileNotFoundError(f"no model at {path}: config.json missing{hint}")
     check_model_dir(path)  # safetensors and JSON only: a pickled weights file is refused
     torch_dtype = getattr(torch, dtype or cfg.dtype)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, local_files_only=True,
-                                                 use_safetensors=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    with _LOAD_LOCK:  # from_pretrained is not thread-safe: see _LOAD_LOCK
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, local_files_only=True,
+                                                     use_safetensors=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if tokenizer.pad_token_id is None:  # real Qwen3 tokenizers have one; be safe for other models
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
