@@ -25,6 +25,7 @@ from typing import Any
 from flows.ending import IterationEnd
 from tasks.artifacts import iteration_tag
 from tasks.stages import StageRunner, StageTasks
+from trace_core import cancel
 from trace_core.config import TrainConfig
 from trace_core.runtime import Runtime
 from trace_core.stages.results import (
@@ -39,7 +40,7 @@ from trace_core.stages.results import (
 from trace_core.stages.run import RunRef
 from trace_core.stages.versions import rollout_version
 
-JOIN_S = 5.0  # seconds a stopped pipeline waits for its rollout side's stage in flight
+JOIN_S = 10.0  # seconds a stopped pipeline waits for its rollout side (it stops at its next turn)
 
 
 class Stopped(Exception):
@@ -153,6 +154,7 @@ def pipelined_iterations(t: StageTasks, ref: RunRef, cfg: TrainConfig, rt: Runti
     rollouts.recomputed = run.recomputed
     lane = threading.Thread(target=contextvars.copy_context().run, name="rollout-side", daemon=True,
                             args=(rollout_side, h, t, ref, cfg, rt, rollouts, end.before, tags))
+    cancel.clear()
     lane.start()
     t_iter = time.perf_counter()  # an iteration's wall time: from the previous one's end (the pipeline's period)
     try:
@@ -173,5 +175,10 @@ def pipelined_iterations(t: StageTasks, ref: RunRef, cfg: TrainConfig, rt: Runti
             t_iter = time.perf_counter()
     finally:
         h.stop()
-        lane.join(JOIN_S)  # a stage in flight ends with the runtime (its workers are stopped next)
+        if lane.is_alive():
+            cancel.request()  # in-process generation ends at its next turn (a worker's with the runtime)
+            lane.join(JOIN_S)
+            cancel.clear()
+            if lane.is_alive():
+                run.log.warning("the rollout side's stage in flight did not stop within %.0f s", JOIN_S)
     return checkpoint

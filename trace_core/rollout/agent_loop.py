@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+from trace_core import cancel
 from trace_core.engines.base import Engine, GenRequest, GenResult
 from trace_core.engines.config import SamplingConfig
 from trace_core.envs.base import Env, Episode, Task, replay
@@ -120,6 +121,7 @@ def run_episodes(engine: Engine, chat: Any, lives: list[LiveEpisode], *, samplin
     t0, n_tokens = time.perf_counter(), 0
     active = [lv for lv in lives if not lv.done]
     while active:
+        cancel.check()  # a stopping pipelined run ends its rollout side here, between turns
         groups: dict[tuple[int, ...], list[LiveEpisode]] = {}
         for lv in active:  # identical contexts -> one request, encoded once
             groups.setdefault(tuple(lv.context), []).append(lv)
