@@ -344,10 +344,12 @@ RESULT_SECTIONS: list[tuple[str, str, Callable[[Path], str], str, str]] = [
      _learning_table,
      "`trace-rl compare --config configs/learning-epochs.yaml --strategies grpo,trace --set run.seed=1 --seeds 3 "
      "--parallel 2`, the same with `--strategies grpo@4` (`--parallel 1`), `--strategies trace@rootoracle4 "
-     "--seeds 2` and `--strategies grpo@4,trace --set run.seed=4 --seeds 2`, then `benchmarks/learning/learning_report.py --home H --prefix ep- --baseline grpo@4 --out "
+     "--seeds 2`, `--strategies grpo@4,trace --set run.seed=4 --seeds 2` and `--strategies dapo,pcl --seeds 3 "
+     "--parallel 1`, then `benchmarks/learning/learning_report.py --home H --prefix ep- --baseline grpo@4 --out "
      "docs/results/learning-epochs`: 256 training prompts, every one a candidate every iteration (GRPO-8 "
      "visits each 3.75 times in 10 iterations, GRPO-4 7.5 times), 768 trajectories an iteration, the held-out "
-     "set of the benchmark; seeds 1–5 (GRPO-8 1–3, the oracle 1–2); the baseline is the best uniform GRPO (groups of 4, "
+     "set of the benchmark; seeds 1–5 (GRPO-8 1–3, the oracle 1–2, DAPO and PCL as many as finished: the seeds "
+     "column); the baseline is the best uniform GRPO (groups of 4, "
      "level with groups of 8 here). Seconds are not comparable: these ran 3–5 at once beside other work "
      "(load 9–14 on the 2 cores).",
      "Not reached: TRACE ≥ the best uniform GRPO + 1.5. TRACE ends at −0.8 ± 2.1 (paired, 5 seeds), the root "
@@ -359,6 +361,17 @@ RESULT_SECTIONS: list[tuple[str, str, Callable[[Path], str], str, str]] = [
      "family's rate, AUC within a family 0.86 (`benchmarks/learning/predictor_kinds.py`); see the "
      "[experiments log](experiments.md), point 11.\n\n"
      "![learning curves, epochs setting](results/learning-epochs/learning_tokens.png)"),
+    ("The paper's 2×2 ablation at one budget split (the epochs setting)", "learning-ablation/learning.csv",
+     _learning_table,
+     "`trace-rl compare --config configs/learning-epochs.yaml --strategies treepo,trace-root,trace-prefix,trace "
+     "--set run.seed=1 --set allocation.trace.root_share=0.5 --seeds 3 --parallel 1`, then "
+     "`benchmarks/learning/learning_report.py --home H --baseline treepo --out docs/results/learning-ablation`: "
+     "every row spends half of the 768 trajectories on raw rollouts and half on prefix continuations (TRACE's "
+     "one-price split fixed at 0.5 too), roots uniform (`treepo`, `trace-prefix`: groups of 8 on the first 48 "
+     "candidates) or TRACE's (`trace-root`, `trace`), prefixes random (2 continuations each) or TRACE's. "
+     "The paper (Qwen3-8B, HotpotQA): uniform/uniform 49.5, root only 49.8, prefix only 50.0, both 50.6. Run "
+     "seeds 1–3, as many as finished (the seeds column); 1–2 children at once beside other work (load 3–8).",
+     "ABLATION_TEXT"),
     ("The oracle bound on fresh prompts (seeds 1–2, indicative)", "learning-fresh-oracle.csv", _plain_table,
      "`trace-rl compare --config configs/learning-tiny.yaml --strategies trace@rootoracle4,grpo@4,trace --set "
      "run.seed=1 --set run.eval_every=5 --seeds 2 --parallel 2` (stopped after 4 of its 6 children: the time "
