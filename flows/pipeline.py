@@ -143,6 +143,8 @@ def rollout_side(h: Handoff, t: StageTasks, ref: RunRef, cfg: TrainConfig, rt: R
         pass
     except BaseException as err:  # noqa: BLE001 - handed to the update side, which raises it
         h.fail(err)
+    finally:
+        cancel.done()
 
 
 def pipelined_iterations(t: StageTasks, ref: RunRef, cfg: TrainConfig, rt: Runtime, run: StageRunner,
@@ -154,7 +156,6 @@ def pipelined_iterations(t: StageTasks, ref: RunRef, cfg: TrainConfig, rt: Runti
     rollouts.recomputed = run.recomputed
     lane = threading.Thread(target=contextvars.copy_context().run, name="rollout-side", daemon=True,
                             args=(rollout_side, h, t, ref, cfg, rt, rollouts, end.before, tags))
-    cancel.clear()
     lane.start()
     t_iter = time.perf_counter()  # an iteration's wall time: from the previous one's end (the pipeline's period)
     try:
@@ -176,9 +177,8 @@ def pipelined_iterations(t: StageTasks, ref: RunRef, cfg: TrainConfig, rt: Runti
     finally:
         h.stop()
         if lane.is_alive():
-            cancel.request()  # in-process generation ends at its next turn (a worker's with the runtime)
+            cancel.request(lane)  # its in-process generation ends at its next turn (a worker's with the runtime)
             lane.join(JOIN_S)
-            cancel.clear()
             if lane.is_alive():
                 run.log.warning("the rollout side's stage in flight did not stop within %.0f s", JOIN_S)
     return checkpoint
