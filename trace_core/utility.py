@@ -8,6 +8,11 @@
   continuations from a prefix with success probability ``v``, lying on a rollout with reward ``r``,
   contain at least one reward that differs from ``r``. Gain of the ``k``-th continuation:
   ``q^(k-1)(1-q)``, geometric, hence concave in ``k``.
+* Posterior-expected root utility ``E[V_root(p, m)]`` for ``p ~ Beta(c v, c (1-v))``: a prompt
+  whose success rate is known only to ``c`` pseudo-trajectories may lie near 0 or 1, where a group
+  holds no contrast; the expectation ``1 - E[p^m] - E[(1-p)^m]`` (moments as running products)
+  prices that. ``c = inf`` gives ``V_root(v, m)``. A mixture of the plug-in tables, so its gains
+  are non-increasing from ``m = 2`` on as theirs are.
 * Objective tables: the allocation solvers count either contrastive groups (the utilities above,
   ``objective="groups"``) or the trajectories in them (``objective="trajectories"``): a root
   group of ``m`` is worth ``m V_root(v, m)``, a branch group of ``k`` continuations plus the raw
@@ -127,10 +132,38 @@ def prefix_value_table(v, r, max_per_node: int) -> np.ndarray:
     return out
 
 
-def root_objective_table(v, max_per_prompt: int, objective: str = "groups") -> np.ndarray:
+def expected_root_value_columns(v, concentration, max_per_prompt: int) -> np.ndarray:
+    """``E[V_root(p, m)]`` for ``p ~ Beta(c v, c (1 - v))``, laid out ``(max_per_prompt + 1, N)``.
+
+    ``concentration`` ``c``: scalar or (N,) pseudo-trajectories behind each ``v`` (> 0); ``inf``
+    rows are the plug-in ``root_value_columns`` bit for bit. ``E[p^m] = prod_{j<m} (a+j)/(c+j)``
+    with ``a = c v``, as running products.
+    """
+    v = np.asarray(v, dtype=np.float64).reshape(-1)
+    c = np.broadcast_to(np.asarray(concentration, dtype=np.float64), v.shape)
+    if np.any(~(c > 0)):
+        raise ValueError("concentration must be > 0 (inf: a known success rate)")
+    out = root_value_columns(v, max_per_prompt)
+    fin = np.flatnonzero(np.isfinite(c))
+    if fin.size == 0:
+        return out
+    vf, cf = v[fin], c[fin]
+    a, b = cf * vf, cf * (1.0 - vf)
+    ep, eq = np.ones_like(vf), np.ones_like(vf)
+    for m in range(1, max_per_prompt + 1):
+        ep = ep * (a + m - 1) / (cf + m - 1)
+        eq = eq * (b + m - 1) / (cf + m - 1)
+        out[m, fin] = np.maximum(1.0 - ep - eq, 0.0) if m >= 2 else 0.0
+    return out
+
+
+def root_objective_table(v, max_per_prompt: int, objective: str = "groups", concentration=None) -> np.ndarray:
     """Per-prompt allocation objective for ``m = 0..max_per_prompt``, shape ``(N, M + 1)``:
-    ``V_root(v, m)`` (``"groups"``) or ``m V_root(v, m)`` (``"trajectories"``)."""
-    F = root_value_table(v, max_per_prompt)
+    ``V_root(v, m)`` (``"groups"``) or ``m V_root(v, m)`` (``"trajectories"``); with
+    ``concentration`` each is the expectation under the prompt's Beta posterior
+    (``expected_root_value_columns``)."""
+    F = (root_value_table(v, max_per_prompt) if concentration is None
+         else expected_root_value_columns(v, concentration, max_per_prompt).T)
     return F * np.arange(max_per_prompt + 1)[None, :] if _objective(objective) == "trajectories" else F
 
 

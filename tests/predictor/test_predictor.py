@@ -140,3 +140,24 @@ def test_logistic_variant(small_run, fast_config):
     assert pred.config.model.hidden == 0
     pred.fit(small_run)
     assert pred.head is not None and pred.head.shape[2] == 0
+
+
+def test_concentration_is_the_prior_strength_plus_the_prompts_own_record(small_run, fast_config):
+    pred = make_predictor(fast_config)
+    roots = small_run.filter((pl.col("iteration") == 2) & (pl.col("depth") == 0))
+    assert pred.predict_concentration(roots) is None  # nothing fitted: no posterior to speak of
+    pred.fit(small_run.filter(pl.col("iteration") < 2))
+    c = pred.predict_concentration(roots)
+    counts = outcome_counts(small_run.filter(pl.col("iteration") < 2))
+    seen = set(counts["prompt_id"].to_list())
+    was_seen = np.array([p in seen for p in roots["prompt_id"].to_list()])
+    kp = pred.prior.kappa_prompt
+    assert c.shape == (roots.height,) and np.all(c >= kp - 1e-9)
+    assert np.allclose(c[~was_seen], kp) and np.all(c[was_seen] > kp)  # an unseen prompt has the prior alone
+    # the discounted record: the latest iteration counts fully, the one before it at the discount
+    g = pred.prior.discount
+    by_prompt = counts.group_by("prompt_id").agg(
+        (pl.col("n") * pl.lit(g) ** (1 - pl.col("iteration"))).sum().alias("w"))
+    w = dict(zip(by_prompt["prompt_id"].to_list(), by_prompt["w"].to_list(), strict=True))
+    expect = np.array([kp + w.get(p, 0.0) for p in roots["prompt_id"].to_list()])
+    assert np.allclose(c, expect)

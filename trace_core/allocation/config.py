@@ -52,6 +52,13 @@ class _ExactRoots(Knobs):
         "(sum V_root(v, m)); 'trajectories' = expected trajectories in them (sum m V_root(v, m)), the "
         "rollouts with a non-zero advantage.",
     )
+    root_posterior: bool = Field(
+        False,
+        description="Value each candidate prompt by its objective's expectation under the prompt's Beta posterior "
+        "(the predictor's mean and the pseudo-trajectories behind it: prior strength + the prompt's discounted "
+        "record) instead of at the mean: a prompt known only from its cell is worth less than one whose own "
+        "record puts it near 0.5. Off: the plug-in value. Predictors without a posterior get the plug-in.",
+    )
 
     @model_validator(mode="after")
     def _ranges(self):

@@ -138,21 +138,33 @@ def strata_groups(cfg: AllocationConfig, strat: Strategy, strata, n: int) -> lis
     return [(lab, np.asarray(ix, dtype=np.int64)) for lab, ix in order.items()]
 
 
+def _conc(concentration, n: int) -> np.ndarray | None:
+    if concentration is None:
+        return None
+    c = np.asarray(concentration, dtype=np.float64).reshape(-1)
+    if c.shape[0] != n:
+        raise ValueError(f"concentration has {c.shape[0]} values for {n} candidates")
+    return c
+
+
 def _sub(cfg: AllocationConfig, budget: int) -> AllocationConfig:
     return cfg.model_copy(update={"budget_total": int(budget)})
 
 
 def plan_roots(v_root: np.ndarray, cfg: AllocationConfig, rng: np.random.Generator, *,
                previous_continuations: int | None = None, strategy: Strategy | None = None,
-               strata=None) -> RootPlan:
+               strata=None, concentration=None) -> RootPlan:
     """The first root wave over candidates with predicted success ``v_root`` (C,).
 
     ``previous_continuations``: continuations the previous iteration bought (None at iteration 0);
     it sets the one-price reserve. ``strata``: (C,) labels (task family or cell) for
     ``allocation.stratify``; each stratum plans on its share of the budget (the reserve asked of it:
-    its share of ``previous_continuations``), and the recorded price is the lowest stratum's."""
+    its share of ``previous_continuations``), and the recorded price is the lowest stratum's.
+    ``concentration``: (C,) pseudo-trajectories behind each ``v_root`` (the predictor's posterior;
+    None: unknown); strategies with ``root_posterior`` value prompts under it."""
     strat = strategy or get_strategy(cfg.strategy)
     v_root = np.asarray(v_root, dtype=np.float64)
+    conc = _conc(concentration, len(v_root))
     groups = strata_groups(cfg, strat, strata, len(v_root))
     if groups is None:  # one stratum: every candidate, the whole budget
         groups, shares = [(None, np.arange(len(v_root)))], [cfg.budget_total]
@@ -168,28 +180,32 @@ def plan_roots(v_root: np.ndarray, cfg: AllocationConfig, rng: np.random.Generat
         if prev is not None and b != cfg.budget_total:
             prev = prev * b / cfg.budget_total
         rb = strat.root_budget(sub, wanted_reserve(sub, prev, strat))
-        m[ix] = np.asarray(strat.allocate_roots(v_root[ix], sub, rng, budget=rb), dtype=np.int64)
+        cix = None if conc is None else conc[ix]
+        m[ix] = np.asarray(strat.allocate_roots(v_root[ix], sub, rng, budget=rb, concentration=cix), dtype=np.int64)
         budget += int(rb)
-        prices.append(float(strat.root_threshold(v_root[ix], m[ix], sub)))
+        prices.append(float(strat.root_threshold(v_root[ix], m[ix], sub, concentration=cix)))
     return RootPlan(m=m, budget=budget, reserve=int(cfg.budget_total - budget), price=min(prices, default=0.0))
 
 
 def plan_prefixes(roots: RootPlan, v_root: np.ndarray, v_prefix: np.ndarray, r: np.ndarray, depth: np.ndarray,
                   remaining_turns: np.ndarray, raw_trajectories: int, cfg: AllocationConfig,
                   rng: np.random.Generator, *, zero_variance_groups: int = 0,
-                  strategy: Strategy | None = None, strata=None, prefix_strata=None) -> PrefixPlan:
+                  strategy: Strategy | None = None, strata=None, prefix_strata=None,
+                  concentration=None) -> PrefixPlan:
     """Continuations per open prefix (``v_prefix``, ``r``, ``depth``, ``remaining_turns``: (P,)) and
     the second root wave, with the ``B − raw_trajectories`` the raw rollouts left.
 
     ``zero_variance_groups``: raw root groups whose rewards all agree; a dynamic-sampling strategy
     (dapo) refills them with as many fresh groups in the second wave, paid on top of ``B``.
     ``strata`` (C,) / ``prefix_strata`` (P,): the labels of ``plan_roots``; each stratum spends its
-    share of ``B`` less its raw rollouts, at its own roots' price."""
+    share of ``B`` less its raw rollouts, at its own roots' price. ``concentration``: as in
+    ``plan_roots`` (the second wave values prompts as the first did)."""
     strat = strategy or get_strategy(cfg.strategy)
     groups = strata_groups(cfg, strat, strata, len(v_root))
+    conc = _conc(concentration, len(v_root))
     if groups is not None:
         plan = _plan_prefixes_by_stratum(groups, roots, np.asarray(v_root, dtype=np.float64), v_prefix, r, depth,
-                                         remaining_turns, raw_trajectories, cfg, rng, strat, prefix_strata)
+                                         remaining_turns, raw_trajectories, cfg, rng, strat, prefix_strata, conc)
         refill = np.asarray(strat.refill(len(v_root), (roots.m > 0) | (plan.second_wave > 0), zero_variance_groups,
                                          cfg), dtype=np.int64)
         return PrefixPlan(k=plan.k, second_wave=plan.second_wave + refill, budget=plan.budget, priced=plan.priced)
@@ -198,7 +214,8 @@ def plan_prefixes(roots: RootPlan, v_root: np.ndarray, v_prefix: np.ndarray, r: 
                                            min_gain=roots.price), dtype=np.int64)
     priced = int(k.sum())
     taken = roots.m > 0
-    m2, extra = strat.spend_leftover(np.asarray(v_root), taken, v_prefix, r, k, budget - priced, cfg)
+    m2, extra = strat.spend_leftover(np.asarray(v_root), taken, v_prefix, r, k, budget - priced, cfg,
+                                     concentration=conc)
     m2 = np.asarray(m2, dtype=np.int64)
     m2 = m2 + np.asarray(strat.refill(len(v_root), taken | (m2 > 0), zero_variance_groups, cfg), dtype=np.int64)
     return PrefixPlan(k=k + np.asarray(extra, dtype=np.int64), second_wave=m2, budget=budget, priced=priced)
@@ -206,7 +223,7 @@ def plan_prefixes(roots: RootPlan, v_root: np.ndarray, v_prefix: np.ndarray, r: 
 
 def _plan_prefixes_by_stratum(groups, roots: RootPlan, v_root, v_prefix, r, depth, remaining_turns,
                               raw_trajectories: int, cfg: AllocationConfig, rng, strat: Strategy,
-                              prefix_strata) -> PrefixPlan:
+                              prefix_strata, conc=None) -> PrefixPlan:
     v_prefix, r, depth, remaining_turns = (np.asarray(a) for a in (v_prefix, r, depth, remaining_turns))
     labels = [] if prefix_strata is None else list(prefix_strata)
     if len(labels) != len(v_prefix):
@@ -223,10 +240,12 @@ def _plan_prefixes_by_stratum(groups, roots: RootPlan, v_root, v_prefix, r, dept
         if b < 1 or (left < 1 and pix.size == 0):
             continue
         sub = _sub(cfg, b)
-        price = float(strat.root_threshold(v_root[ix], roots.m[ix], sub))
+        cix = None if conc is None else conc[ix]
+        price = float(strat.root_threshold(v_root[ix], roots.m[ix], sub, concentration=cix))
         ks = np.asarray(strat.allocate_prefixes(v_prefix[pix], r[pix], depth[pix], remaining_turns[pix], left, sub,
                                                 rng, min_gain=price), dtype=np.int64)
-        mw, xs = strat.spend_leftover(v_root[ix], roots.m[ix] > 0, v_prefix[pix], r[pix], ks, left - int(ks.sum()), sub)
+        mw, xs = strat.spend_leftover(v_root[ix], roots.m[ix] > 0, v_prefix[pix], r[pix], ks, left - int(ks.sum()), sub,
+                                      concentration=cix)
         k[pix], extra[pix], m2[ix] = ks, np.asarray(xs, dtype=np.int64), np.asarray(mw, dtype=np.int64)
         priced += int(ks.sum())
     return PrefixPlan(k=k + extra, second_wave=m2, budget=max(cfg.budget_total - int(raw_trajectories), 0),

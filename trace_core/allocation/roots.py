@@ -13,6 +13,11 @@ the per-prompt objective ``F`` is
   ``V_root(v, m)``, rises with ``m``, so the hull is the single chord ``0 -> M`` and an optimum
   gives nearly every chosen prompt ``M`` rollouts: fewer prompts, fuller groups.
 
+With ``concentration`` (pseudo-trajectories behind each ``v``) either objective is its expectation
+under the prompt's Beta posterior (``utility.expected_root_value_columns``): a prompt known only
+from its cell may sit near 0 or 1, where its group teaches nothing, and is worth less than one
+whose own record puts it near 0.5. Its table goes to the general solver (``solve_table``).
+
 Both go to the exact threshold + repair solver (``knapsack.solve``). ``min_gain`` prices every
 rollout, so a step is bought only if it is worth more than ``min_gain`` per rollout.
 Per-rollout costs (``cost=``) go to the cost-aware greedy (``cost.py``) unless they are equal.
@@ -33,11 +38,11 @@ from trace_core.allocation.inputs import (
     check_probabilities,
 )
 from trace_core.allocation.knapsack import solve, solve_table
-from trace_core.utility import iter_root_gains, root_value_columns
+from trace_core.utility import expected_root_value_columns, iter_root_gains, root_value_columns
 
 
 def allocate_roots(v, budget, *, max_per_prompt: int = 8, min_active: int = 2, cost=None,
-                   objective: Objective = "groups", min_gain: float = 0.0) -> np.ndarray:
+                   objective: Objective = "groups", min_gain: float = 0.0, concentration=None) -> np.ndarray:
     """Rollouts per prompt maximising ``sum F(v_i, m_i) - min_gain * sum m_i``.
 
     v: (N,) predicted success probabilities in [0, 1]. budget: total rollouts (or, with
@@ -48,7 +53,9 @@ def allocate_roots(v, budget, *, max_per_prompt: int = 8, min_active: int = 2, c
     that much per unit, steps worth exactly that much are left out (default 0: zero-gain
     rollouts are never bought). Returns (N,) int64, each 0 or in ``[min_active, max_per_prompt]``,
     with ``sum(m) <= budget`` (``sum(cost*m) <= budget``). Exact without ``cost`` or with equal
-    costs; >= 1/2 of the optimum with unequal costs.
+    costs; >= 1/2 of the optimum with unequal costs. concentration: optional scalar or (N,)
+    pseudo-trajectories behind each ``v`` (> 0, ``inf`` = known): the objective becomes its
+    expectation under ``Beta(c v, c (1 - v))``; None is the plug-in ``F(v, m)``.
     """
     v = check_probabilities("v", v)
     M = check_positive_int("max_per_prompt", max_per_prompt)
@@ -57,22 +64,42 @@ def allocate_roots(v, budget, *, max_per_prompt: int = 8, min_active: int = 2, c
         raise ValueError(f"max_per_prompt ({M}) must be >= min_active ({a})")
     objective = check_objective(objective)
     mu = check_min_gain(min_gain)
+    conc = None
+    if concentration is not None:
+        conc = np.broadcast_to(np.asarray(concentration, dtype=np.float64), v.shape)
+        if np.any(~(conc > 0)):
+            raise ValueError("concentration must be > 0 (inf: a known success rate)")
+        if not np.isfinite(conc).any():
+            conc = None
     if cost is None:
+        if conc is not None:
+            return _roots_table(v, conc, int(check_budget(budget, True)), M, a, objective, mu)
         return _roots_exact(v, int(check_budget(budget, True)), M, a, objective, mu)
     c = check_costs(cost, v.shape[0])
     B = check_budget(budget, False)
     if v.shape[0] and np.all(c == c[0]):
-        return _roots_exact(v, int(np.floor(B / c[0] * (1 + 1e-12))), M, a, objective, mu * c[0])
-    return chain_greedy_cost(_root_table(v, M, objective), a, c, B,
+        units = int(np.floor(B / c[0] * (1 + 1e-12)))
+        if conc is not None:
+            return _roots_table(v, conc, units, M, a, objective, mu * c[0])
+        return _roots_exact(v, units, M, a, objective, mu * c[0])
+    return chain_greedy_cost(_root_table(v, M, objective, conc), a, c, B,
                              concave=objective == "groups", min_gain=mu)
 
 
-def _root_table(v: np.ndarray, M: int, objective: str) -> np.ndarray:
+def _root_table(v: np.ndarray, M: int, objective: str, conc=None) -> np.ndarray:
     """(M+1, N) objective values for ``m = 0..M`` (same numbers as ``utility.root_objective_table``)."""
-    F = root_value_columns(v, M)
+    F = root_value_columns(v, M) if conc is None else expected_root_value_columns(v, conc, M)
     if objective == "trajectories":
         F *= np.arange(M + 1)[:, None]
     return F
+
+
+def _roots_table(v: np.ndarray, conc: np.ndarray, B: int, M: int, a: int, objective: str, mu: float) -> np.ndarray:
+    if v.shape[0] == 0 or B < a:
+        return np.zeros(v.shape[0], dtype=np.int64)
+    F = _root_table(v, M, objective, conc)
+    F[1:a] = -np.inf
+    return solve_table(F, B, key=v, a=a, min_gain=mu)
 
 
 def _roots_exact(v: np.ndarray, B: int, M: int, a: int, objective: str, mu: float) -> np.ndarray:

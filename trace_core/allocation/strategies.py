@@ -40,12 +40,15 @@ section, ``cfg.knobs(self.name)`` (``config.py``), never another strategy's.
 Signatures (``Strategy``)::
 
     root_budget(cfg, reserve=None) -> int               # raw rollouts of the first wave
-    allocate_roots(v_pred (C,), cfg, rng, budget=None) -> (C,) int   # m per candidate
-    root_threshold(v_pred (C,), m (C,), cfg) -> float   # the roots' price (0: no shared price)
+    allocate_roots(v_pred (C,), cfg, rng, budget=None, concentration=None) -> (C,) int   # m per candidate
+    root_threshold(v_pred (C,), m (C,), cfg, concentration=None) -> float   # the roots' price (0: none)
     allocate_prefixes(v_prefix (P,), r (P,), depth (P,), remaining_turns (P,), budget, cfg, rng,
                       min_gain=0.0) -> (P,) int          # K per open prefix, sum <= budget
-    spend_leftover(v_pred (C,), taken (C,) bool, v_prefix, r, k (P,), budget, cfg)
+    spend_leftover(v_pred (C,), taken (C,) bool, v_prefix, r, k (P,), budget, cfg, concentration=None)
         -> ((C,) int, (P,) int)                          # leftover: second-wave m, extra K
+
+``concentration`` (C,): the pseudo-trajectories behind each ``v_pred`` (the predictor's posterior);
+the exact-root strategies value prompts under it when their ``root_posterior`` knob is on.
     refill(C, taken (C,) bool, zero_variance_groups, cfg) -> (C,) int   # dynamic sampling's second wave
 """
 
@@ -200,10 +203,10 @@ class Strategy:
         return int(np.floor(share * cfg.budget_total))
 
     def allocate_roots(self, v_pred, cfg: AllocationConfig, rng: np.random.Generator,
-                       budget: int | None = None) -> np.ndarray:
+                       budget: int | None = None, concentration=None) -> np.ndarray:
         return uniform_roots(len(v_pred), self.root_budget(cfg) if budget is None else budget, cfg.group_size)
 
-    def root_threshold(self, v_pred, m, cfg: AllocationConfig) -> float:
+    def root_threshold(self, v_pred, m, cfg: AllocationConfig, concentration=None) -> float:
         """The price continuations must beat (value per trajectory of the roots' last purchase)."""
         return 0.0
 
@@ -211,7 +214,8 @@ class Strategy:
                           rng: np.random.Generator, min_gain: float = 0.0) -> np.ndarray:
         return np.zeros(len(v_prefix), dtype=np.int64)
 
-    def spend_leftover(self, v_root, taken, v_prefix, r, k, budget: int, cfg: AllocationConfig):
+    def spend_leftover(self, v_root, taken, v_prefix, r, k, budget: int, cfg: AllocationConfig,
+                       concentration=None):
         """What the prefix stage left (one price only): (second-wave m per candidate, extra K per prefix)."""
         return np.zeros(len(v_root), dtype=np.int64), np.zeros(len(v_prefix), dtype=np.int64)
 
@@ -235,10 +239,17 @@ class _TracePrefix(Strategy):
         return trace_prefixes(v_prefix, r, remaining_turns, budget, cfg.knobs(self.name), min_gain=min_gain)
 
 
-def _trace_root(self: Strategy, v_pred, cfg: AllocationConfig, rng, budget: int | None = None) -> np.ndarray:
+def _posterior(knobs, concentration):
+    """The concentration the root values use: the candidates' (``root_posterior`` on) or None (plug-in)."""
+    return concentration if getattr(knobs, "root_posterior", False) else None
+
+
+def _trace_root(self: Strategy, v_pred, cfg: AllocationConfig, rng, budget: int | None = None,
+                concentration=None) -> np.ndarray:
     k = cfg.knobs(self.name)
     return allocate_roots(v_pred, self.root_budget(cfg) if budget is None else budget,
-                          max_per_prompt=k.max_per_prompt, min_active=k.min_active, objective=k.root_objective)
+                          max_per_prompt=k.max_per_prompt, min_active=k.min_active, objective=k.root_objective,
+                          concentration=_posterior(k, concentration))
 
 
 @register_strategy("grpo")
@@ -269,7 +280,7 @@ class Pcl(Strategy):
 
     stratifies = True
 
-    def allocate_roots(self, v_pred, cfg, rng, budget=None):
+    def allocate_roots(self, v_pred, cfg, rng, budget=None, concentration=None):
         return pcl_roots(np.asarray(v_pred), self.root_budget(cfg) if budget is None else budget, cfg.group_size)
 
 
@@ -287,14 +298,14 @@ class Trace(_TracePrefix):
     stratifies = True
     allocate_roots = _trace_root
 
-    def root_threshold(self, v_pred, m, cfg):
+    def root_threshold(self, v_pred, m, cfg, concentration=None):
         if not self.one_price(cfg):
             return 0.0
         k = cfg.knobs(self.name)
-        table = root_objective_table(v_pred, k.max_per_prompt, k.root_objective)
+        table = root_objective_table(v_pred, k.max_per_prompt, k.root_objective, _posterior(k, concentration))
         return marginal_threshold(table, m, min_active=k.min_active)
 
-    def spend_leftover(self, v_root, taken, v_prefix, r, k, budget, cfg):
+    def spend_leftover(self, v_root, taken, v_prefix, r, k, budget, cfg, concentration=None):
         """What the priced prefix stage left, spent where it is worth most: more continuations at
         the open prefixes or a second root wave over the candidates not yet sampled (one exact
         knapsack over both value tables). Returns (m2 per candidate, extra K per prefix)."""
@@ -303,7 +314,9 @@ class Trace(_TracePrefix):
             return m2, extra
         kn = cfg.knobs(self.name)
         free = np.flatnonzero(~np.asarray(taken, dtype=bool))
-        roots = root_objective_table(np.asarray(v_root)[free], kn.max_per_prompt, kn.root_objective)
+        conc = _posterior(kn, concentration)
+        roots = root_objective_table(np.asarray(v_root)[free], kn.max_per_prompt, kn.root_objective,
+                                     None if conc is None else np.broadcast_to(conc, np.shape(v_root))[free])
         roots[:, 1:kn.min_active] = -np.inf
         tables = [roots]
         if not kn.token_budget and len(v_prefix):  # with token costs, only whole episodes compete here

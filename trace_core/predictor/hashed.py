@@ -282,6 +282,18 @@ class HashedPredictor:
         p = self.predict_uncalibrated(nodes)
         return np.clip(by_kind(self.calibrators, p, is_root(nodes)), 0.0, 1.0) if nodes.height else p
 
+    def predict_concentration(self, nodes: pl.DataFrame) -> np.ndarray | None:
+        """Pseudo-trajectories behind each row's prediction ``(n,)``: the prompt strength of the
+        prior plus the prompt's discounted record (a prefix's siblings included) -- ``v`` and this
+        ``c`` make the posterior ``Beta(c v, c (1 - v))`` the root allocation may value prompts
+        under (``root_posterior``). None without a fitted prior: no posterior to speak of."""
+        check_no_nan(nodes)
+        if not self.config.prior.enabled or self.prior.empty:
+            return None
+        if nodes.height == 0:
+            return np.zeros(0)
+        return float(self.prior.kappa_prompt) + self.prior_view(nodes).evidence
+
     def predict_flip(self, prefixes: pl.DataFrame, *, nodes: pl.DataFrame | None = None) -> np.ndarray:
         """P(continuation reward != r) ``(n,)`` for prefix rows with column ``r`` (the 0/1 reward of
         the raw trajectory through the prefix). ``nodes``: the frame the prefixes come from (the

@@ -60,6 +60,7 @@ from trace_core.stages.results import (
     RootAllocation,
     Verified,
 )
+from trace_core.stages.root_values import root_concentration, root_values, stored_concentration
 from trace_core.stages.run import RunRef, bounded_seed, iteration_seed, torch_seeded
 from trace_core.stages.spending import previous_continuations, spent_tokens
 from trace_core.stages.update import update_policy as update_policy  # (7), in its own module
@@ -69,7 +70,7 @@ from trace_core.stages.versions import (
     rollout_version,
     stamp_version,
 )
-from trace_core.utility import prefix_utility, root_utility
+from trace_core.utility import prefix_utility
 
 
 # ----------------------------------------------------------------------------- shared settings
@@ -143,26 +144,31 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     t0 = time.perf_counter()
     tasks = candidate_pool(cfg, iteration)
     oracle_tokens = 0
+    conc = None
     if cfg.predictor.oracle_samples:
         if checkpoint is None or runtime is None:
             raise ValueError("predictor.oracle_samples: the oracle samples under the policy; pass checkpoint and runtime")
         v, oracle_tokens = oracle_root_values(ref, cfg, iteration, checkpoint, tasks, runtime)
         v = _clip(v, cfg)
     else:
-        v = _clip(load_predictor(predictor.path).predict(root_rows(ref.run_id, iteration, cfg.allocation.strategy,
-                                                                   tasks)), cfg)
+        pred = load_predictor(predictor.path)
+        rows = root_rows(ref.run_id, iteration, cfg.allocation.strategy, tasks)
+        v = _clip(pred.predict(rows), cfg)
+        conc = root_concentration(pred, rows)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
     budget = cfg.allocation.budget_total
     if cfg.allocation.budget_tokens is not None:
         budget = iteration_budget(cfg.allocation, iteration, *spent_tokens(ref, iteration))
     alloc = cfg.allocation.model_copy(update={"budget_total": budget})
     plan = plan_roots(v, alloc, rng, previous_continuations=previous_continuations(ref, iteration),
-                      strata=stratum_labels(cfg.allocation.stratify, [t.family for t in tasks], [t.difficulty for t in tasks]))
-    utility = root_utility(v, plan.m)
+                      strata=stratum_labels(cfg.allocation.stratify, [t.family for t in tasks], [t.difficulty for t in tasks]),
+                      concentration=conc)
+    utility = root_values(cfg, v, conc, plan.m)
     prompts = pl.DataFrame({
         "run_id": ref.run_id, "strategy": cfg.allocation.strategy, "iteration": iteration,
         "prompt_id": [t.prompt_id for t in tasks], "task": [t.family for t in tasks],
         "difficulty": [t.difficulty for t in tasks], "v_pred": v, "m_alloc": plan.m, "utility": utility,
+        "v_concentration": conc if conc is not None else np.full(len(tasks), np.nan),
         "policy_version": checkpoint_version(ref, checkpoint) if checkpoint else rollout_version(
             iteration, cfg.run.max_staleness), "outcome_version": predictor.outcome_version,
     }, schema_overrides={"policy_version": pl.Int32, "outcome_version": pl.Int32})
@@ -254,7 +260,8 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
                          strata=stratum_labels(cfg.allocation.stratify, prompts["task"].to_list(),
                                                prompts["difficulty"].to_list()),
                          prefix_strata=stratum_labels(cfg.allocation.stratify, cands["task"].to_list(),
-                                                      cands["difficulty"].to_list()))
+                                                      cands["difficulty"].to_list()),
+                         concentration=stored_concentration(prompts))
     alloc = pl.DataFrame({"node_id": cands["node_id"], "v_pred": v_node, "flip": flip, "r": r, "k": plan.k,
                           "utility": prefix_utility(v, r, plan.k) if len(plan.k) else np.zeros(0)},
                          schema_overrides={"k": pl.Int64})
@@ -262,7 +269,8 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     if plan.wave_rollouts > 0:
         refill = str(write_parquet_atomic(prompts.with_columns(
             pl.Series("m_alloc", plan.second_wave),
-            pl.Series("utility", root_utility(prompts["v_pred"].to_numpy(), plan.second_wave))),
+            pl.Series("utility", root_values(cfg, prompts["v_pred"].to_numpy(), stored_concentration(prompts),
+                                              plan.second_wave))),
             ref.staging(iteration, "refill_prompts")))
     path = write_parquet_atomic(alloc, ref.staging(iteration, "prefix_alloc"))
     return PrefixAllocation(path=str(path), prefixes=cands.height, ext_budget=plan.budget,

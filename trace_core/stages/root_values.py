@@ -1,0 +1,43 @@
+"""What a candidate prompt is worth to the root plan: the predictor's posterior behind each ``v``.
+
+``root_concentration`` asks the predictor for the pseudo-trajectories behind each root prediction;
+``root_values`` records what the plan valued (``V_root(v, m)``, or its expectation under the
+posterior when the strategy's ``root_posterior`` is on); ``stored_concentration`` reads stage 2's
+record back for the second root wave.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from trace_core.config import TrainConfig
+from trace_core.utility import expected_root_value_columns, root_utility
+
+
+def root_concentration(pred, rows: pl.DataFrame) -> np.ndarray | None:
+    """Pseudo-trajectories behind each root prediction (the predictor's posterior), or None where
+    the predictor has none (``predict_concentration`` absent or not fitted yet)."""
+    fn = getattr(pred, "predict_concentration", None)
+    c = fn(rows) if fn is not None else None
+    return None if c is None else np.asarray(c, dtype=np.float64)
+
+
+def _posterior_on(cfg: TrainConfig) -> bool:
+    return bool(getattr(cfg.allocation.knobs(cfg.allocation.strategy), "root_posterior", False))
+
+
+def root_values(cfg: TrainConfig, v: np.ndarray, conc: np.ndarray | None, m: np.ndarray) -> np.ndarray:
+    """``V_root(v, m)`` per candidate, or its expectation under the posterior the plan used."""
+    if conc is None or not _posterior_on(cfg) or len(v) == 0:
+        return root_utility(v, m)
+    table = expected_root_value_columns(v, conc, int(max(m.max(), 2)))
+    return table[np.asarray(m, dtype=np.int64), np.arange(len(v))]
+
+
+def stored_concentration(prompts: pl.DataFrame) -> np.ndarray | None:
+    """The concentrations stage 2 recorded in the prompts shard (None where any is missing)."""
+    if "v_concentration" not in prompts.columns:
+        return None
+    c = prompts["v_concentration"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    return None if np.isnan(c).any() else c
