@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
+from tests.allocation.test_strategies import alloc, with_knobs
 from trace_core.allocation import allocate_roots
 from trace_core.allocation.planner import plan_prefixes, plan_roots
 from trace_core.utility import expected_root_value_columns, root_objective_table, root_value_columns
-from tests.allocation.test_strategies import alloc, with_knobs
 
 
 def test_expected_value_is_the_beta_expectation():

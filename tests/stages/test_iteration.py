@@ -175,3 +175,31 @@ def test_stratified_plan_gives_each_family_its_share(one_iteration, runtime):
         spent = (prompts.filter(pl.col("task") == f)["m_alloc"].sum() + wave.filter(pl.col("task") == f)["m_alloc"].sum()
                  + k.filter(pl.col("task") == f)["k"].sum())
         assert spent <= share[f], (f, spent, share)
+
+
+def test_thompson_roots_plan_on_posterior_draws_and_record_the_mean(one_iteration, runtime):
+    """allocation.trace.root_thompson on real candidates: the recorded v_pred stays the predictor's
+    mean (what is scored), the plan and its utility follow one seeded draw per candidate, and the
+    prefix stage redraws the same values for the second wave."""
+    import numpy as np
+
+    from trace_core.stages.root_values import planned_v
+    from trace_core.utility import root_utility
+
+    cfg, ref, res = one_iteration
+    tcfg = cfg.model_copy(update={"allocation": cfg.allocation.with_knobs("trace", root_thompson=True)})
+    off = pl.read_parquet(it.allocate_roots(ref, cfg, 0, res.predictor).prompts)
+    roots = it.allocate_roots(ref, tcfg, 0, res.predictor)
+    on = pl.read_parquet(roots.prompts)
+    assert on["v_pred"].to_list() == off["v_pred"].to_list()
+    conc = on["v_concentration"].to_numpy()
+    assert not np.isnan(conc).any(), "the predictor has a prior after iteration 0's evaluation"
+    drawn = planned_v(tcfg, 0, on["v_pred"].to_numpy(), conc)
+    assert not np.allclose(drawn, on["v_pred"].to_numpy())
+    assert np.allclose(on["utility"].to_numpy(), root_utility(drawn, on["m_alloc"].to_numpy()), atol=1e-6)
+    assert roots.root_budget_used <= roots.root_budget
+    raw = it.generate_raw_rollouts(ref, tcfg, 0, initial_checkpoint(tcfg), roots, runtime)
+    prefixes = it.score_prefixes(ref, tcfg, 0, res.predictor, roots, raw)
+    if prefixes.refill_prompts:
+        wave = pl.read_parquet(prefixes.refill_prompts)
+        assert np.allclose(wave["utility"].to_numpy(), root_utility(drawn, wave["m_alloc"].to_numpy()), atol=1e-6)

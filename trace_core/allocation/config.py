@@ -59,11 +59,20 @@ class _ExactRoots(Knobs):
         "record) instead of at the mean: a prompt known only from its cell is worth less than one whose own "
         "record puts it near 0.5. Off: the plug-in value. Predictors without a posterior get the plug-in.",
     )
+    root_thompson: bool = Field(
+        False,
+        description="Thompson sampling of the roots: plan each iteration on one draw per candidate from its Beta "
+        "posterior (seeded by run seed and iteration) instead of on the mean, so prompts the run knows little "
+        "about are sometimes tried and a long record near 0.5 is not picked every step. The prediction recorded "
+        "and scored stays the mean. Predictors without a posterior plan on the mean. Exclusive with root_posterior.",
+    )
 
     @model_validator(mode="after")
     def _ranges(self):
         if self.max_per_prompt < self.min_active:
             raise ValueError(f"max_per_prompt ({self.max_per_prompt}) must be >= min_active ({self.min_active})")
+        if self.root_posterior and self.root_thompson:
+            raise ValueError("root_posterior and root_thompson are exclusive: value at the posterior mean or at a draw")
         return self
 
 

@@ -60,7 +60,7 @@ from trace_core.stages.results import (
     RootAllocation,
     Verified,
 )
-from trace_core.stages.root_values import root_concentration, root_values, stored_concentration
+from trace_core.stages.root_values import planned_v, root_concentration, root_values, stored_concentration
 from trace_core.stages.run import RunRef, bounded_seed, iteration_seed, torch_seeded
 from trace_core.stages.spending import previous_continuations, spent_tokens
 from trace_core.stages.update import update_policy as update_policy  # (7), in its own module
@@ -160,10 +160,11 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     if cfg.allocation.budget_tokens is not None:
         budget = iteration_budget(cfg.allocation, iteration, *spent_tokens(ref, iteration))
     alloc = cfg.allocation.model_copy(update={"budget_total": budget})
-    plan = plan_roots(v, alloc, rng, previous_continuations=previous_continuations(ref, iteration),
+    v_plan = planned_v(cfg, iteration, v, conc)  # the mean, or a posterior draw (root_thompson)
+    plan = plan_roots(v_plan, alloc, rng, previous_continuations=previous_continuations(ref, iteration),
                       strata=stratum_labels(cfg.allocation.stratify, [t.family for t in tasks], [t.difficulty for t in tasks]),
                       concentration=conc)
-    utility = root_values(cfg, v, conc, plan.m)
+    utility = root_values(cfg, v_plan, conc, plan.m)
     prompts = pl.DataFrame({
         "run_id": ref.run_id, "strategy": cfg.allocation.strategy, "iteration": iteration,
         "prompt_id": [t.prompt_id for t in tasks], "task": [t.family for t in tasks],
@@ -253,7 +254,8 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
         v = np.where(r > 0.5, 1.0 - flip, flip)
     depth = cands["depth"].to_numpy()
     prompts = read_shard(roots.prompts)
-    plan = plan_prefixes(_root_plan(cfg, roots, prompts), prompts["v_pred"].to_numpy(), v, r, depth,
+    v_root = planned_v(cfg, iteration, prompts["v_pred"].to_numpy(), stored_concentration(prompts))
+    plan = plan_prefixes(_root_plan(cfg, roots, prompts), v_root, v, r, depth,
                          np.maximum(cfg.env.max_turns - depth, 1), raw.trajectories, _allocation(cfg, roots),
                          np.random.default_rng(iteration_seed(cfg, iteration, "prefixes")),
                          zero_variance_groups=_zero_variance_groups(nodes),
@@ -269,8 +271,7 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     if plan.wave_rollouts > 0:
         refill = str(write_parquet_atomic(prompts.with_columns(
             pl.Series("m_alloc", plan.second_wave),
-            pl.Series("utility", root_values(cfg, prompts["v_pred"].to_numpy(), stored_concentration(prompts),
-                                              plan.second_wave))),
+            pl.Series("utility", root_values(cfg, v_root, stored_concentration(prompts), plan.second_wave))),
             ref.staging(iteration, "refill_prompts")))
     path = write_parquet_atomic(alloc, ref.staging(iteration, "prefix_alloc"))
     return PrefixAllocation(path=str(path), prefixes=cands.height, ext_budget=plan.budget,
