@@ -16,7 +16,12 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.train import named_run_id, train_flow
 from tasks.artifacts import name_flow_run, prefect_link_tags
-from trace_core.allocation.strategies import GROUP_SIZE_STRATEGIES, for_strategy, strategy_names
+from trace_core.allocation.strategies import (
+    GROUP_SIZE_STRATEGIES,
+    ROOT_VALUE_STRATEGIES,
+    for_strategy,
+    strategy_names,
+)
 from trace_core.analysis.compare import comparison_markdown, comparison_table
 from trace_core.analysis.learning import at_budget, curve_frame, learning_markdown, learning_table, mean_ci
 from trace_core.config import TrainConfig
@@ -30,8 +35,9 @@ from tracking.run_tracker import trained_params
 
 @dataclass(frozen=True)
 class Variant:
-    """One row of a comparison: a strategy, optionally at its own group size (``grpo@4``) or with
-    the planner fed sampled success rates (``trace@oracle8``: ``predictor.oracle_samples``)."""
+    """One row of a comparison: a strategy, optionally at its own group size (``grpo@4``), with
+    the planner fed sampled success rates (``trace@oracle8``: ``predictor.oracle_samples``) or with
+    candidate prompts valued under their posterior (``trace@posterior``, ``trace@thompson``)."""
 
     label: str
     strategy: str
@@ -39,6 +45,7 @@ class Variant:
     oracle_samples: int | None = None
     oracle_roots_only: bool = False
     max_staleness: int | None = None
+    root_values: str | None = None  # "posterior" or "thompson": the strategy's root_<that> knob on
 
     def apply(self, base: TrainConfig) -> TrainConfig:
         """``base`` as this row trains it: the shared allocation fields, the strategy's own section,
@@ -52,18 +59,22 @@ class Variant:
             cfg.predictor.oracle_stages = "roots" if self.oracle_roots_only else "both"
         if self.max_staleness is not None:
             cfg.run.max_staleness = self.max_staleness
+        if self.root_values is not None:
+            cfg.allocation = cfg.allocation.with_knobs(self.strategy, **{f"root_{self.root_values}": True})
         return TrainConfig.model_validate(cfg.model_dump())
 
 
 def parse_variant(text: str, known: list[str]) -> Variant:
-    """``NAME[@N][@oracleK|@rootoracleK][@staleS]``: strategy NAME, group size N (uniform-root
-    strategies only), K oracle samples per candidate prompt and open prefix (``rootoracle``: per
-    candidate prompt only, prefixes stay predicted), the pipelined flow at ``run.max_staleness: S``;
-    a ValueError says what is wrong in one line."""
+    """``NAME[@N][@oracleK|@rootoracleK][@staleS][@posterior|@thompson]``: strategy NAME, group size
+    N (uniform-root strategies only), K oracle samples per candidate prompt and open prefix
+    (``rootoracle``: per candidate prompt only, prefixes stay predicted), the pipelined flow at
+    ``run.max_staleness: S``, candidate prompts valued under their posterior (``root_posterior``) or
+    planned on a posterior draw (``root_thompson``; trace and trace-root only); a ValueError says
+    what is wrong in one line."""
     name, *mods = [part.strip() for part in text.strip().split("@")]
     if name not in known:
         raise ValueError(f"unknown strategy {name!r} in {text!r}; known: {', '.join(known)}")
-    group = oracle = stale = None
+    group = oracle = stale = values = None
     roots_only = False
     for mod in mods:
         if mod.isdigit() and 1 <= int(mod) <= 64 and group is None:
@@ -74,13 +85,17 @@ def parse_variant(text: str, known: list[str]) -> Variant:
             oracle, roots_only = int(m[2]), bool(m[1])
         elif (m := re.fullmatch(r"stale(\d+)", mod)) and 1 <= int(m[1]) <= 8 and stale is None:
             stale = int(m[1])
+        elif mod in ("posterior", "thompson") and values is None:
+            if name not in ROOT_VALUE_STRATEGIES:
+                raise ValueError(f"{text!r}: {name} has no root_{mod} (only {', '.join(ROOT_VALUE_STRATEGIES)})")
+            values = mod
         else:
-            raise ValueError(f"{text!r}: {mod!r} is neither a group size (1-64), oracleK / rootoracleK (K 1-64) "
-                             "nor staleS (S 1-8), once each")
+            raise ValueError(f"{text!r}: {mod!r} is neither a group size (1-64), oracleK / rootoracleK (K 1-64), "
+                             "staleS (S 1-8) nor posterior / thompson, once each")
     label = (name + (f"@{group}" if group is not None else "")
              + (f"@{'root' if roots_only else ''}oracle{oracle}" if oracle is not None else "")
-             + (f"@stale{stale}" if stale is not None else ""))
-    return Variant(label, name, group, oracle, roots_only, stale)
+             + (f"@stale{stale}" if stale is not None else "") + (f"@{values}" if values is not None else ""))
+    return Variant(label, name, group, oracle, roots_only, stale, values)
 
 
 def child_run_id(compare_id: str, strategy: str, seed: int) -> str:

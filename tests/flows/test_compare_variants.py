@@ -32,6 +32,8 @@ def test_a_group_size_and_the_oracle_are_rows_of_their_own():
     ("grpo@oracle", "neither a group size"),
     ("trace@stale0", "neither a group size"),
     ("trace@stale1@stale2", "neither a group size"),
+    ("grpo@thompson", "grpo has no root_thompson"),
+    ("trace@thompson@posterior", "neither a group size"),
 ])
 def test_a_malformed_row_is_one_line(text, says):
     with pytest.raises(ValueError, match=says) as err:
@@ -56,3 +58,18 @@ def test_a_pipelined_run_is_a_row_of_its_own():
     assert (stale.label, cfg.run.max_staleness, TrainConfig().run.max_staleness) == ("trace@stale1", 1, 0)
     assert run_label(cfg.model_dump()) == "trace@stale1" and run_label(TrainConfig().model_dump()) == "trace"
     assert child_run_id("cmp", "trace@stale1", 2) == "cmp-trace-stale1-s2"
+
+
+def test_root_value_knobs_are_rows_of_their_own():
+    from trace_core.allocation.strategies import run_label
+
+    base = TrainConfig.model_validate({"allocation": {"strategy": "trace"}})
+    for mark in ("thompson", "posterior"):
+        v = parse_variant(f"trace@{mark}", strategy_names())
+        cfg = v.apply(base)
+        assert v.label == f"trace@{mark}" and getattr(cfg.allocation.trace, f"root_{mark}") is True
+        assert run_label(cfg.model_dump()) == f"trace@{mark}"
+    root = parse_variant("trace-root@thompson", strategy_names()).apply(base)
+    assert root.allocation.trace_root.root_thompson and run_label(root.model_dump()) == "trace-root@thompson"
+    assert run_label(base.model_dump()) == "trace"
+    assert child_run_id("cmp", "trace@thompson", 3) == "cmp-trace-thompson-s3"

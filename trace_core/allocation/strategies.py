@@ -89,13 +89,16 @@ def register_strategy(name: str) -> Callable[[type[Strategy]], type[Strategy]]:
 #: the strategies whose roots are ``group_size`` rollouts each (grpo's uniform roots, or pcl's pick):
 #: the ones a comparison can run at several group sizes (``compare --strategies grpo@4``)
 GROUP_SIZE_STRATEGIES = ("grpo", "dapo", "pcl", "treepo", "trace-prefix")
+#: the strategies with the exact root rule's ``root_posterior`` / ``root_thompson`` knobs
+#: (``compare --strategies trace@thompson``)
+ROOT_VALUE_STRATEGIES = ("trace", "trace-root")
 
 
 def run_label(config: dict, group_sizes_differ: bool = False) -> str:
     """The row a run belongs to in a comparison, from its config (``runs.config_json``):
     its strategy, ``@N`` for a uniform strategy's group size when ``group_sizes_differ``, and
-    ``@oracleK`` / ``@rootoracleK`` for the oracle bound and ``@staleS`` for a pipelined run
-    (``compare``'s variant names)."""
+    ``@oracleK`` / ``@rootoracleK`` for the oracle bound, ``@staleS`` for a pipelined run and
+    ``@posterior`` / ``@thompson`` for the root values' knobs (``compare``'s variant names)."""
     alloc, pred = config.get("allocation", {}), config.get("predictor", {})
     label = str(alloc.get("strategy", "?"))
     if group_sizes_differ and label in GROUP_SIZE_STRATEGIES:
@@ -104,6 +107,10 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
         label += f"@{'root' if pred.get('oracle_stages') == 'roots' else ''}oracle{pred['oracle_samples']}"
     if config.get("run", {}).get("max_staleness"):
         label += f"@stale{config['run']['max_staleness']}"
+    knobs = alloc.get(str(alloc.get("strategy", "")).replace("-", "_")) or {}
+    for mark in ("posterior", "thompson"):
+        if knobs.get(f"root_{mark}"):
+            label += f"@{mark}"
     return label
 
 
