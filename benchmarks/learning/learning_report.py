@@ -4,6 +4,8 @@ two `compare` calls:
 
     PYTHONPATH=. python benchmarks/learning/learning_report.py --home H --prefix learn --out docs/results/learning-tiny
 
+``--curves docs/results/X/learning_curves.csv`` adds an earlier report's runs (paired by run seed).
+
 Prints the markdown table (accuracy at equal tokens with 95% CIs over seeds, paired difference to
 GRPO, time-to-accuracy) and the per-family accuracy at the last checkpoint; writes the plots and
 CSVs to ``--out``.
@@ -54,6 +56,9 @@ def main() -> None:
     ap.add_argument("--prefix", default="", help="only runs whose id starts with this")
     ap.add_argument("--out", type=Path, default=None, help="directory for plots and CSVs")
     ap.add_argument("--baseline", default="grpo", help="the row the others are paired with (e.g. grpo@4)")
+    ap.add_argument("--curves", type=Path, action="append", default=[],
+                    help="add the curves of an earlier report (its learning_curves.csv, run ids <row>-s<seed>); "
+                         "its rows pair with this home's by run seed (repeatable)")
     ap.add_argument("--clock", choices=("stages", "wall"), default="stages",
                     help="seconds axis: the seven stages' seconds summed (default), or wall-clock seconds "
                          "(a pipelined run overlaps its stages: their sum is work, not time)")
@@ -81,6 +86,12 @@ def main() -> None:
         iters = wall_timings(iters, runs.with_columns(pl.col("run_id").replace_strict(rename, default=pl.col("run_id"))),
                              evals)
     curves = curve_frame(iters, evals)
+    for csv in args.curves:
+        earlier = pl.read_csv(csv).select(curves.columns).cast(dict(curves.schema))
+        clash = set(earlier["run_id"].to_list()) & set(curves["run_id"].to_list())
+        if clash:
+            raise SystemExit(f"{csv}: runs already in {args.home}: {', '.join(sorted(clash))}")
+        curves = pl.concat([curves, earlier], how="vertical")
     rows = sorted(set(curves["strategy"].to_list()))
     if args.baseline not in rows:
         raise SystemExit(f"--baseline {args.baseline!r} is not a row here; rows: {', '.join(rows)}")
