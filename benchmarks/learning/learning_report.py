@@ -59,6 +59,9 @@ def main() -> None:
     ap.add_argument("--curves", type=Path, action="append", default=[],
                     help="add the curves of an earlier report (its learning_curves.csv, run ids <row>-s<seed>); "
                          "its rows pair with this home's by run seed (repeatable)")
+    ap.add_argument("--row", action="append", default=[], metavar="RUN_PREFIX=NAME",
+                    help="name the row of the runs whose id starts with RUN_PREFIX (a setting --set changed, "
+                         "which the config's label does not show), e.g. e192-r=trace+refine (repeatable)")
     ap.add_argument("--clock", choices=("stages", "wall"), default="stages",
                     help="seconds axis: the seven stages' seconds summed (default), or wall-clock seconds "
                          "(a pipelined run overlaps its stages: their sum is work, not time)")
@@ -77,6 +80,11 @@ def main() -> None:
     configs = {r["run_id"]: json.loads(r["config_json"] or "{}") for r in runs.iter_rows(named=True)}
     sizes = {c.get("allocation", {}).get("group_size") for c in configs.values()}
     label = {r: run_label(c, len(sizes) > 1) for r, c in configs.items()}
+    for spec in args.row:
+        run_prefix, sep, name = spec.partition("=")
+        if not sep or not run_prefix or not name:
+            raise SystemExit(f"--row {spec!r}: expected RUN_PREFIX=NAME")
+        label.update({r: name for r in label if r.startswith(run_prefix)})
     seed = {r["run_id"]: r["seed"] for r in runs.iter_rows(named=True)}
     rename = {r: f"{label[r]}-s{seed[r]}" for r in configs}
     evals, iters = (f.with_columns(pl.col("run_id").replace_strict(label, default=pl.col("strategy")).alias("strategy"),
