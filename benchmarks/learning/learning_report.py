@@ -27,7 +27,8 @@ from tracking.plots_compare import plot_learning_curves
 
 def _read(home: Path, table: str, prefix: str) -> pl.DataFrame:
     files = [f for f in sorted(table_dir(home, table).glob("run_id=*/**/*.parquet"))
-             if f.name != "_schema.parquet" and f.parts[-3 if table != "runs" else -2].startswith(f"run_id={prefix}")]
+             if f.name != "_schema.parquet"
+             and f.parts[-3 if table != "runs" else -2].startswith(tuple(f"run_id={p}" for p in prefix.split(",")))]
     return pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed") if files else pl.DataFrame()
 
 
@@ -53,7 +54,7 @@ def wall_timings(iters: pl.DataFrame, runs: pl.DataFrame, evals: pl.DataFrame) -
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--home", type=Path, required=True)
-    ap.add_argument("--prefix", default="", help="only runs whose id starts with this")
+    ap.add_argument("--prefix", default="", help="only runs whose id starts with this (comma-separated: any of them)")
     ap.add_argument("--out", type=Path, default=None, help="directory for plots and CSVs")
     ap.add_argument("--baseline", default="grpo", help="the row the others are paired with (e.g. grpo@4)")
     ap.add_argument("--curves", type=Path, action="append", default=[],
