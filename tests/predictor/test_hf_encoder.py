@@ -57,3 +57,14 @@ def test_hf_encoder_gpu_local_model(small_run):
     if not path or not os.path.isdir(path):
         pytest.skip("set TRACE_HF_ENCODER_PATH to a local Hugging Face encoder directory")
     _check(PredictorConfig(name="hf_encoder", encoder_path=path, encoder_device="cuda"), small_run)
+
+
+def test_hf_encoder_on_cuda_without_a_gpu_is_one_line(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the default device works")
+    pred = make_predictor(PredictorConfig(name="hf_encoder", encoder_path=_tiny_bert(tmp_path)))
+    with pytest.raises(ValueError, match="no CUDA device here") as err:
+        pred.embed(["what is 2 + 2"])
+    assert "\n" not in str(err.value)

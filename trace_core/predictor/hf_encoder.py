@@ -36,6 +36,9 @@ class HFEncoderPredictor(HashedPredictor):
         from transformers import AutoModel, AutoTokenizer
 
 
+        device = self.config.encoder_device
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"predictor.encoder_device {device!r}: no CUDA device here (set it to 'cpu')")
         path = str(check_model_dir(self.config.encoder_path))  # safetensors and JSON only
         self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self._encoder = (
