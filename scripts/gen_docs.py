@@ -336,7 +336,7 @@ RESULT_SECTIONS: list[tuple[str, str, Callable[[Path], str], str, str]] = [
      "--seeds 1 --parallel 2` for S = 1–5, `--strategies grpo@2,grpo` for S = 1–2, `--strategies "
      "trace@rootoracle4 --set run.seed=1 --seeds 2 --parallel 2` and the same from `run.seed=3`, then "
      "`benchmarks/learning/learning_report.py --home H --prefix e192- --baseline grpo@4 --out "
-     "docs/results/learning-epochs-192`; the rows `trace@posterior`, `trace@thompson`, `trace@rootoracle1` "
+     "docs/results/learning-epochs-192`; the rows `trace@posterior` and `trace@thompson` "
      "(`--strategies ROW --set run.seed=1 --seeds 5 --parallel 2` each) and `trace@max4` (`--strategies trace "
      "--set allocation.trace.max_per_prompt=4`, the same seeds) joined them with `--curves` of that report and "
      "`--row e192-m4=trace@max4` (a rerun of GRPO-4 seeds 1–2 reproduced the table's runs bit for bit): "
