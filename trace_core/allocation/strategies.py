@@ -65,6 +65,7 @@ from trace_core.allocation.config import (  # for_strategy, foreign_settings: re
     TracePrefixKnobs,
     for_strategy,  # noqa: F401
     foreign_settings,  # noqa: F401
+    section_key,
 )
 from trace_core.allocation.knapsack import marginal_threshold, solve_table
 from trace_core.allocation.prefixes import allocate_prefixes
@@ -107,7 +108,7 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
         label += f"@{'root' if pred.get('oracle_stages') == 'roots' else ''}oracle{pred['oracle_samples']}"
     if config.get("run", {}).get("max_staleness"):
         label += f"@stale{config['run']['max_staleness']}"
-    knobs = alloc.get(str(alloc.get("strategy", "")).replace("-", "_")) or {}
+    knobs = alloc.get(section_key(str(alloc.get("strategy", "")))) or {}
     for mark in ("posterior", "thompson"):
         if knobs.get(f"root_{mark}"):
             label += f"@{mark}"

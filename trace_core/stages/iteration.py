@@ -254,7 +254,8 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
         v = np.where(r > 0.5, 1.0 - flip, flip)
     depth = cands["depth"].to_numpy()
     prompts = read_shard(roots.prompts)
-    v_root = planned_v(cfg, iteration, prompts["v_pred"].to_numpy(), stored_concentration(prompts))
+    conc = stored_concentration(prompts)
+    v_root = planned_v(cfg, iteration, prompts["v_pred"].to_numpy(), conc)
     plan = plan_prefixes(_root_plan(cfg, roots, prompts), v_root, v, r, depth,
                          np.maximum(cfg.env.max_turns - depth, 1), raw.trajectories, _allocation(cfg, roots),
                          np.random.default_rng(iteration_seed(cfg, iteration, "prefixes")),
@@ -263,7 +264,7 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
                                                prompts["difficulty"].to_list()),
                          prefix_strata=stratum_labels(cfg.allocation.stratify, cands["task"].to_list(),
                                                       cands["difficulty"].to_list()),
-                         concentration=stored_concentration(prompts))
+                         concentration=conc)
     alloc = pl.DataFrame({"node_id": cands["node_id"], "v_pred": v_node, "flip": flip, "r": r, "k": plan.k,
                           "utility": prefix_utility(v, r, plan.k) if len(plan.k) else np.zeros(0)},
                          schema_overrides={"k": pl.Int64})
@@ -271,7 +272,7 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     if plan.wave_rollouts > 0:
         refill = str(write_parquet_atomic(prompts.with_columns(
             pl.Series("m_alloc", plan.second_wave),
-            pl.Series("utility", root_values(cfg, v_root, stored_concentration(prompts), plan.second_wave))),
+            pl.Series("utility", root_values(cfg, v_root, conc, plan.second_wave))),
             ref.staging(iteration, "refill_prompts")))
     path = write_parquet_atomic(alloc, ref.staging(iteration, "prefix_alloc"))
     return PrefixAllocation(path=str(path), prefixes=cands.height, ext_budget=plan.budget,

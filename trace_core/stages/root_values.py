@@ -30,10 +30,6 @@ def _knob(cfg: TrainConfig, name: str) -> bool:
     return bool(getattr(cfg.allocation.knobs(cfg.allocation.strategy), name, False))
 
 
-def _posterior_on(cfg: TrainConfig) -> bool:
-    return _knob(cfg, "root_posterior")
-
-
 def planned_v(cfg: TrainConfig, iteration: int, v: np.ndarray, conc: np.ndarray | None) -> np.ndarray:
     """The success rates the root plan uses: ``v`` itself, or with ``root_thompson`` one draw per
     candidate from Beta(c v, c (1 - v)), clipped like predictions. Inputs are taken at the
@@ -50,7 +46,7 @@ def planned_v(cfg: TrainConfig, iteration: int, v: np.ndarray, conc: np.ndarray 
 
 def root_values(cfg: TrainConfig, v: np.ndarray, conc: np.ndarray | None, m: np.ndarray) -> np.ndarray:
     """``V_root(v, m)`` per candidate, or its expectation under the posterior the plan used."""
-    if conc is None or not _posterior_on(cfg) or len(v) == 0:
+    if conc is None or not _knob(cfg, "root_posterior") or len(v) == 0:
         return root_utility(v, m)
     table = expected_root_value_columns(v, conc, int(max(m.max(), 2)))
     return table[np.asarray(m, dtype=np.int64), np.arange(len(v))]
