@@ -6,6 +6,9 @@ at. Ranking *within* a family is what selection needs (``allocation.stratify`` f
     PYTHONPATH=. python benchmarks/learning/predictor_replay.py --home H --run-id e192-t-trace-s0 \\
         --iterations 19 --setting default='{}' --setting refine='{"model": {"refine_roots": true}}'
 
+A second table splits the roots by kind: *unseen* (the prompt's first visit: predicted from its
+cell) and *seen* (from its own record), with the mean bias of each.
+
 A setting is NAME=JSON, a ``PredictorConfig`` (``predictor:`` of a config file). No cell prior is
 handed to the fits (the flow passes the held-out evaluation before training), so iteration 1 is
 the first predicted.
@@ -41,7 +44,9 @@ def replay(nodes: pl.DataFrame, cfg: PredictorConfig, iterations: int, tmp: Path
         m = eval_mask(frame) & (frame["depth"].fill_null(0).to_numpy() == 0)
         roots = frame.filter(pl.Series(m))
         y, w = decision_labels(roots, outcome_counts(frame))
-        parts.append(pl.DataFrame({"iteration": t, "task": roots["task"], "p": pred.predict(frame)[m], "y": y, "w": w}))
+        before = nodes.filter(pl.col("iteration") < t)["prompt_id"].unique().implode()
+        parts.append(pl.DataFrame({"iteration": t, "task": roots["task"], "p": pred.predict(frame)[m], "y": y, "w": w,
+                                   "seen": roots["prompt_id"].is_in(before)}))
     return pl.concat(parts) if parts else pl.DataFrame()
 
 
@@ -65,6 +70,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="predictor_replay_"))
     print("| setting | seconds | roots | AUC | Brier | " + " | ".join(f"{f} AUC | {f} Brier" for f in ("math", "qa", "fc")) + " |")
     print("|---" * 11 + "|")
+    kinds: dict[str, pl.DataFrame] = {}
     for name, cfg in settings.items():
         t0 = time.perf_counter()
         rows = replay(nodes, cfg, args.iterations, tmp / name)
@@ -74,6 +80,19 @@ def main() -> None:
             s = fam == f
             cells += [f"{auc(p[s], y[s], w[s]):.3f}", f"{brier(p[s], y[s], w[s]):.4f}"] if s.any() else ["–", "–"]
         print("| " + " | ".join(cells) + " |", flush=True)
+        kinds[name] = rows
+    print("\nBy kind (a root is *seen* when its prompt was sampled before; bias = mean prediction - mean outcome):\n")
+    print("| setting | kind | roots | AUC | Brier | bias | qa roots | qa AUC | qa Brier | qa bias |")
+    print("|---" * 10 + "|")
+    for name, rows in kinds.items():
+        for kind, sel in (("unseen", ~rows["seen"]), ("seen", rows["seen"])):
+            part = rows.filter(sel)
+            cells = [name, kind]
+            for sub in (part, part.filter(pl.col("task") == "qa")):
+                p, y, w = (sub[c].to_numpy() for c in ("p", "y", "w"))
+                cells += [str(sub.height)] + ([f"{auc(p, y, w):.3f}", f"{brier(p, y, w):.4f}",
+                                               f"{float(((p - y) * w).sum() / w.sum()):+.3f}"] if sub.height else ["–"] * 3)
+            print("| " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,25 @@ def test_only_earlier_iterations_count_and_older_ones_less():
     assert prior.posterior(q, np.array([2])).prompt[0] == pytest.approx(4 / 6, abs=1e-6)
 
 
+def test_fresh_cells_predict_an_unseen_prompt_from_first_visits():
+    """Training on a prompt raises its own rate: first visits 2 of 8 each, revisits 7 of 8 each.
+    Pooled, the cell says 0.52 for a prompt never sampled; with fresh_cells it says what first
+    visits said (0.25), and a prompt with a record is shrunk toward the revisit cell instead."""
+    rows = [(f"p{i}", "qa", 2, 0, 2.0, 8.0) for i in range(4)] + [(f"p{i}", "qa", 2, 1, 7.0, 8.0) for i in range(3)]
+    fixed = {"discount": 1.0, "cell_strength": 1e-9, "prompt_strength": 4.0}
+    pooled, fresh = HierarchicalPrior(PriorConfig(**fixed)), HierarchicalPrior(PriorConfig(**fixed, fresh_cells=True))
+    pooled.fit(_counts(rows))
+    fresh.fit(_counts(rows))
+    t = np.array([2])
+    assert pooled.posterior(_query("new", "qa", 2), t).prompt[0] == pytest.approx(29 / 56, abs=1e-6)
+    assert fresh.posterior(_query("new", "qa", 2), t).prompt[0] == pytest.approx(0.25, abs=1e-6)
+    seen = fresh.posterior(_query("p3", "qa", 2), t)  # p3: one visit, 2 of 8
+    assert seen.cell[0] == pytest.approx(21 / 24, abs=1e-6)
+    assert seen.prompt[0] == pytest.approx((4 * 21 / 24 + 2) / 12, abs=1e-6)
+    # as of iteration 1 nothing was revisited yet: both cells agree with the pooled one
+    assert fresh.posterior(_query("new", "qa", 2), np.array([1])).prompt[0] == pytest.approx(0.25, abs=1e-6)
+
+
 def test_trend_lends_an_unseen_cell_its_family_slope():
     prior = HierarchicalPrior(PriorConfig(discount=1.0))
     prior.fit(cell_counts(pl.DataFrame({"task": ["fc"] * 3, "difficulty": [0, 1, 2],

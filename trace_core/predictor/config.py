@@ -109,6 +109,12 @@ class PriorConfig(BaseModel):
     window: int = Field(
         12, ge=1, le=10_000, description="Iterations of outcomes used to estimate the strengths (newest kept)."
     )
+    fresh_cells: bool = Field(
+        False,
+        description="Two cells per (family, difficulty): a prompt never sampled is predicted from the first "
+        "visits of the cell's prompts (and the held-out cell prior), a prompt with a record from their later "
+        "visits -- training on a prompt raises its own rate, so a pooled cell over-predicts unseen prompts.",
+    )
 
 
 
