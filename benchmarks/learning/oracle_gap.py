@@ -10,9 +10,11 @@ weigh most; later ones drift apart, so read the figures as an upper bound on the
     PYTHONPATH=. python benchmarks/learning/oracle_gap.py --home H \\
         --runs 'e192-s6b-trace-s%' --oracle 'e192-s6b-trace-rootoracle4-s%'
 
-A root is *seen* when its prompt was picked (m > 0) at an earlier step of the TRACE run. ``cell``
-is the oracle's own mean rate of the (family, difficulty) cell at that step: what a predictor that
-knew only the cell's current rate would say. ``bias`` is the mean prediction minus the mean rate.
+A root is *seen* when its prompt was sampled (any trajectory) at an earlier step of the TRACE run.
+``cell`` is the oracle's mean rate of the other prompts of the (family, difficulty) cell at that
+step and seed: what a predictor that knew only the cell's current rate would say. ``bias`` is the
+mean prediction minus the mean rate. The correlations pool steps and seeds: a prediction that
+follows the cell's rate from step to step scores there too.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ with t as (select run_id, regexp_extract(run_id, '-s([0-9]+)$', 1) seed, iterati
            from prompts where run_id like $runs and run_id not like '%oracle%'),
      o as (select regexp_extract(run_id, '-s([0-9]+)$', 1) seed, iteration, prompt_id, v_pred rate
            from prompts where run_id like $oracle),
-     firsts as (select run_id, prompt_id, min(iteration) first_pick from t where m_alloc > 0 group by all),
-     j as (select t.*, o.rate, coalesce(t.iteration > firsts.first_pick, false) seen,
-                  avg(o.rate) over (partition by t.seed, t.iteration, t.task, t.difficulty) cell
+     firsts as (select run_id, prompt_id, min(iteration) first_sampled from trajectories
+                where run_id like $runs and run_id not like '%oracle%' group by all),
+     j as (select t.*, o.rate, coalesce(t.iteration > firsts.first_sampled, false) seen,
+                  (sum(o.rate) over c - o.rate) / nullif(count(*) over c - 1, 0) cell
            from t join o using (seed, iteration, prompt_id) left join firsts using (run_id, prompt_id)
-           where t.iteration >= 1 and t.iteration <= $last)
+           where t.iteration >= 1 and t.iteration <= $last
+           window c as (partition by t.seed, t.iteration, t.task, t.difficulty))
 select task, case when seen then 'seen' else 'unseen' end kind, count(*) n, count(distinct seed) seeds,
        corr(v_pred, rate) corr_pred, corr(cell, rate) corr_cell,
        avg((v_pred - rate) ^ 2) mse_pred, avg((cell - rate) ^ 2) mse_cell, avg(v_pred - rate) bias,
