@@ -15,8 +15,9 @@ from trace_core.policy.model import TINY_WARM_DIR
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 # an evaluation after every iteration: the update side's work on an iteration (update, evaluation,
-# record) lasts seconds, so the overlap shows beside Prefect's task start-up (~2 s here)
-PIPELINE = ["run.max_staleness=1", "run.iterations=3", "run.threads=1", "run.eval_tasks=48", "run.eval_every=1"]
+# record) lasts seconds, so the overlap shows beside Prefect's task start-up (~2.5 s here; 48 tasks,
+# ~1.4 s, lost that race about half the time)
+PIPELINE = ["run.max_staleness=1", "run.iterations=3", "run.threads=1", "run.eval_tasks=192", "run.eval_every=1"]
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (TINY_WARM_DIR / "config.json").is_file(),
                                                    reason="shipped tiny checkpoint missing: run `trace-rl warmup`")]
 
