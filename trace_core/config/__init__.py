@@ -115,6 +115,13 @@ class TrainConfig(BaseModel):
                              "data.heldout_share > 0 or run.eval_tasks=0")
         return self
 
+    @model_validator(mode="after")
+    def _reference_on_the_rollouts_policy(self) -> TrainConfig:
+        if self.predictor.reference.enabled and self.run.max_staleness > 0:
+            raise ValueError("predictor.reference.enabled scores demonstrations with the flow's policy, which a "
+                             "pipelined run (run.max_staleness > 0) keeps for the update: set one of them off")
+        return self
+
 
 def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
     return load_config(TrainConfig, path, overrides)

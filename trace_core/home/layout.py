@@ -39,6 +39,7 @@ PROMPT_SCHEMA: dict[str, pl.DataType] = {
     "m_alloc": pl.Int32,  # rollouts allocated (0 = skipped)
     "utility": pl.Float32,  # V_root(v_pred, m_alloc); its posterior expectation with root_posterior
     "v_concentration": pl.Float32,  # pseudo-trajectories behind v_pred (prior strength + own record; null: none)
+    "ref_score": pl.Float32,  # the demonstration's within-cell log-prob rank in [-0.5, 0.5] (null: not scored)
     "n_success": pl.Int32,  # raw rollouts that succeeded (null when skipped)
     "n_total": pl.Int32,  # raw rollouts generated
     "policy_version": pl.Int32,  # the weights whose rollouts this allocation bought

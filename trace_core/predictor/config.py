@@ -119,6 +119,25 @@ class PriorConfig(BaseModel):
 
 
 
+class ReferenceConfig(BaseModel):
+    """The reference term of a root (``predictor.reference``): the policy's log-probability of the
+    task's worked solution, ranked within its cell at stage 2, moves the mapped prior's logit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        False,
+        description="Score each candidate's demonstration under the current policy at stage 2 (one forward pass "
+        "per candidate, no sampling; prompts.ref_score) and let the predictor learn how that within-cell rank "
+        "moves a root's success, per family and per seen / unseen prompt. Needs run.max_staleness = 0 (the "
+        "flow's policy is the rollouts' checkpoint).",
+    )
+    l2: float = Field(1.0, ge=0.0, le=1e6, description="L2 penalty on each group's intercept and slope.")
+    min_nodes: int = Field(
+        30, ge=2, le=1_000_000, description="Scored, labelled roots a group needs before it gets a term."
+    )
+
+
 class CalibrationConfig(BaseModel):
     """Two stages, each per node kind (root / prefix) and only where there is enough data."""
 
@@ -184,6 +203,8 @@ class PredictorConfig(BaseModel):
     prior: PriorConfig = Field(default_factory=PriorConfig, description="Hierarchical Beta-Binomial prior.")
     calibration: CalibrationConfig = Field(default_factory=CalibrationConfig, description="Calibration maps.")
     flip: FlipConfig = Field(default_factory=FlipConfig, description="Continuation flip model.")
+    reference: ReferenceConfig = Field(
+        default_factory=ReferenceConfig, description="The roots' reference term (demonstration log-probability).")
     oracle_samples: int = Field(
         0, ge=0, le=64,
         description="Diagnostic oracle bound: the planner gets success rates sampled under the current policy "

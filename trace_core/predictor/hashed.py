@@ -14,6 +14,8 @@ Registered as ``hashed_mlp`` (``model.hidden`` as configured, default 16) and ``
    iteration 0 not blind and a cell solved every time predicted near 1 after one iteration;
 3. the prior's map per kind: the prior of a past node *as of its iteration* is a prospective
    prediction, so the map (Platt, scikit-learn) is fitted on every labelled node, no split needed;
+   with ``reference.enabled``, then the roots' reference term on that mapped prior (``reference``:
+   the policy's log-probability of the task's worked solution, ranked within its cell);
 4. the flip model on the stored continuations (``flip``);
 5. the head: trained on labelled roots and raw non-leaf prefixes (whole iterations, newest first,
    up to ``max_train_nodes``; weight ``min(subtree_count, max_label_weight) * recency_discount **
@@ -68,6 +70,7 @@ from trace_core.predictor.prior import (
     outcome_counts,
     sibling_counts,
 )
+from trace_core.predictor.reference import ReferenceTerm, group_keys
 
 KINDS = ("root", "prefix")
 EXTRA_DENSE = ("prior_logit", "log_evidence")  # appended to features.DENSE_NAMES for the head
@@ -88,6 +91,7 @@ class HashedPredictor:
         self.calibrators: dict[str, Calibrator] = {k: IdentityMap() for k in KINDS}  # step 6
         self.cell_prior = pl.DataFrame(schema=COUNTS_SCHEMA)  # counts of iteration -1
         self.flip = FlipModel(config.flip)
+        self.reference = ReferenceTerm()  # step 3b
         self.track = pl.DataFrame(schema=TRACK_SCHEMA)  # prospective predictions of earlier fits
         self.base_rate = {k: config.first_iteration_prior for k in KINDS}
         self.last_iteration = -1
@@ -117,9 +121,22 @@ class HashedPredictor:
         return self.prior.posterior(nodes, self._as_of(nodes), es, en)
 
     def prior_prob(self, nodes: pl.DataFrame, view: PriorView | None = None) -> np.ndarray:
-        """The mapped prior ``(n,)``: what the head refines and the flip model starts from."""
+        """The mapped prior ``(n,)`` with the roots' reference term: what the head refines and the
+        flip model starts from."""
         view = view if view is not None else self.prior_view(nodes)
-        return by_kind(self.prior_maps, view.prompt, is_root(nodes))
+        q = by_kind(self.prior_maps, view.prompt, is_root(nodes))
+        if not self.reference.coefs or "ref_score" not in nodes.columns:
+            return q
+        score, groups = self._reference_inputs(nodes, view)
+        return sigmoid(self.reference.apply(logit(q), score, groups))
+
+    def _reference_inputs(self, nodes: pl.DataFrame, view: PriorView) -> tuple[np.ndarray, np.ndarray]:
+        """``(score, group)`` per row: ``ref_score`` on roots (NaN elsewhere or missing), and the
+        group (family, whether the prompt has a record as of the row's iteration)."""
+        score = nodes["ref_score"].cast(pl.Float64).fill_null(np.nan).to_numpy() if "ref_score" in nodes.columns \
+            else np.full(nodes.height, np.nan)
+        score = np.where(is_root(nodes), score, np.nan)
+        return score, group_keys(nodes["task"].to_list(), view.evidence > 0)
 
     def _inputs(self, nodes: pl.DataFrame, q: np.ndarray, view: PriorView) -> tuple[FeatureBatch, np.ndarray]:
         fb = self._featurize(nodes)
@@ -152,6 +169,7 @@ class HashedPredictor:
         view = self.prior_view(base)
         trainable = decision_rows(base) & is_labelled(base) if base.height else np.zeros(0, bool)
         calib = self._map_prior(base, view, trainable, counts) | self._map_track()  # (3), (6)
+        calib |= self._fit_reference(base, view, trainable, counts)  # (3b)
         q = self.prior_prob(base, view)
         report = dict(n_labelled=lab.height, n_roots=int(roots.sum()), n_prefixes=int((~roots).sum()),
                       iterations=iters, history_prompts=self.prior.counts["prompt_id"].drop_nulls().n_unique(),
@@ -211,6 +229,23 @@ class HashedPredictor:
             report[f"prior_{kind}"], self.prior_maps[kind] = fit_map(
                 ccfg.prior_method, p[m], y[m], w[m], min_isotonic_nodes=ccfg.min_isotonic_nodes)
         return report
+
+    def _fit_reference(self, base: pl.DataFrame, view: PriorView, trainable: np.ndarray, counts) -> dict:
+        """The roots' reference term on the scored, labelled roots (offset: the mapped prior's logit)."""
+        rcfg = self.config.reference
+        self.reference = ReferenceTerm()
+        if not rcfg.enabled or "ref_score" not in base.columns or not len(trainable):
+            return {}
+        score, groups = self._reference_inputs(base, view)
+        rows = np.flatnonzero(trainable & np.isfinite(score))
+        if len(rows) == 0:
+            return {}
+        sub = base[rows]
+        y, c = decision_labels(sub, counts)
+        z = logit(by_kind(self.prior_maps, view.prompt[rows], is_root(sub)))
+        report = self.reference.fit(score[rows], z, y, self._age_weight(sub, c), groups[rows],
+                                    l2=rcfg.l2, min_nodes=rcfg.min_nodes)
+        return {f"reference_{g}": r for g, r in report.items()}
 
     def _record_track(self, nodes: pl.DataFrame, counts: pl.DataFrame) -> None:
         """The deployed model predicts the labelled decision rows of iterations it has not seen

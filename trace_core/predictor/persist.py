@@ -25,6 +25,7 @@ from trace_core.predictor.config import PredictorConfig
 from trace_core.predictor.flip import FlipModel
 from trace_core.predictor.model import SuccessHead
 from trace_core.predictor.prior import COUNTS_SCHEMA, HierarchicalPrior
+from trace_core.predictor.reference import ReferenceTerm
 
 FORMAT = "trace-rl-predictor/1"
 _MAX_HEADER = 100_000_000
@@ -40,6 +41,7 @@ def predictor_state(pred) -> dict:
         "prior": pred.prior.state(),
         "cell_prior": pred.cell_prior.to_dict(as_series=False),
         "flip": pred.flip.state(),
+        "reference": pred.reference.state(),
         "track": pred.track.to_dict(as_series=False),
         "head_shape": list(pred.head.shape) if pred.head is not None else None,
     }
@@ -90,6 +92,7 @@ def load_state(pred, state: dict, tensors: dict[str, torch.Tensor]) -> None:
     pred.cell_prior = pl.DataFrame(state["cell_prior"], schema=COUNTS_SCHEMA)
     pred.flip = FlipModel.from_state(cfg.flip, state["flip"])
     pred.track = pl.DataFrame(state["track"], schema=TRACK_SCHEMA)
+    pred.reference = ReferenceTerm.from_state(state.get("reference"))  # absent in files from before the term
     pred.head = None
     if state["head_shape"] is not None:
         head = SuccessHead(*(int(x) for x in state["head_shape"]))

@@ -50,6 +50,7 @@ from trace_core.stages.records import (
     prospective_metrics,
     reverify,
 )
+from trace_core.stages.reference import reference_scores, with_reference_scores
 from trace_core.stages.results import (
     Evaluation,
     Extensions,
@@ -119,6 +120,8 @@ def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int, prior: Eval
     make iteration 0 not blind (the run has measured them anyway, at no extra rollout cost)."""
     t0 = time.perf_counter()
     history = history_nodes(ref, iteration, max_version=rollout_version(iteration, cfg.run.max_staleness))
+    if cfg.predictor.reference.enabled:
+        history = with_reference_scores(history, ref, iteration)
     cells = _cell_prior(prior)
     with torch_seeded(bounded_seed(iteration_seed(cfg, iteration, "predictor"))):  # the fit's draws: its own
         prev = ref.predictor(iteration - 1) if iteration > 0 else None
@@ -128,6 +131,14 @@ def refresh_predictor(ref: RunRef, cfg: TrainConfig, iteration: int, prior: Eval
     seen = outcome_version(history)  # the prior is the warm start's (version 0) held-out outcomes
     seen = seen if seen is not None else (0 if cells is not None else None)
     return PredictorFit(path=str(path), fit=report, outcome_version=seen, seconds=time.perf_counter() - t0)
+
+
+def _reference_scores(cfg: TrainConfig, tasks, checkpoint: str | None, runtime: Runtime | None) -> np.ndarray:
+    """Each candidate's reference score under ``checkpoint`` (``stages.reference``)."""
+    if checkpoint is None or runtime is None:
+        raise ValueError("predictor.reference: the scores need the policy; pass checkpoint and runtime")
+    return reference_scores(runtime.live.get(checkpoint), tasks, runtime.envs, temperature=cfg.sampling.temperature,
+                            max_tokens=cfg.model.max_position_embeddings)
 
 
 def _allocation(cfg: TrainConfig, roots: RootAllocation):
@@ -145,6 +156,7 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     tasks = candidate_pool(cfg, iteration)
     oracle_tokens = 0
     conc = None
+    ref_score = np.full(len(tasks), np.nan)
     if cfg.predictor.oracle_samples:
         if checkpoint is None or runtime is None:
             raise ValueError("predictor.oracle_samples: the oracle samples under the policy; pass checkpoint and runtime")
@@ -153,6 +165,9 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     else:
         pred = load_predictor(predictor.path)
         rows = root_rows(ref.run_id, iteration, cfg.allocation.strategy, tasks)
+        if cfg.predictor.reference.enabled:
+            ref_score = _reference_scores(cfg, tasks, checkpoint, runtime)
+            rows = rows.with_columns(pl.Series("ref_score", ref_score, dtype=pl.Float64))
         v = _clip(pred.predict(rows), cfg)
         conc = root_concentration(pred, rows)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
@@ -170,6 +185,7 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
         "prompt_id": [t.prompt_id for t in tasks], "task": [t.family for t in tasks],
         "difficulty": [t.difficulty for t in tasks], "v_pred": v, "m_alloc": plan.m, "utility": utility,
         "v_concentration": conc if conc is not None else np.full(len(tasks), np.nan),
+        "ref_score": pl.Series(ref_score, dtype=pl.Float64).fill_nan(None),
         "policy_version": checkpoint_version(ref, checkpoint) if checkpoint else rollout_version(
             iteration, cfg.run.max_staleness), "outcome_version": predictor.outcome_version,
     }, schema_overrides={"policy_version": pl.Int32, "outcome_version": pl.Int32})
