@@ -46,6 +46,7 @@ class Variant:
     oracle_roots_only: bool = False
     max_staleness: int | None = None
     root_values: str | None = None  # "posterior" or "thompson": the strategy's root_<that> knob on
+    reference: bool = False  # predictor.reference on: the roots' demonstration score
 
     def apply(self, base: TrainConfig) -> TrainConfig:
         """``base`` as this row trains it: the shared allocation fields, the strategy's own section,
@@ -61,21 +62,24 @@ class Variant:
             cfg.run.max_staleness = self.max_staleness
         if self.root_values is not None:
             cfg.allocation = cfg.allocation.with_knobs(self.strategy, **{f"root_{self.root_values}": True})
+        if self.reference:
+            cfg.predictor.reference.enabled = True
         return TrainConfig.model_validate(cfg.model_dump())
 
 
 def parse_variant(text: str, known: list[str]) -> Variant:
-    """``NAME[@N][@oracleK|@rootoracleK][@staleS][@posterior|@thompson]``: strategy NAME, group size
-    N (uniform-root strategies only), K oracle samples per candidate prompt and open prefix
-    (``rootoracle``: per candidate prompt only, prefixes stay predicted), the pipelined flow at
-    ``run.max_staleness: S``, candidate prompts valued under their posterior (``root_posterior``) or
-    planned on a posterior draw (``root_thompson``; trace and trace-root only); a ValueError says
-    what is wrong in one line."""
+    """``NAME[@N][@oracleK|@rootoracleK][@staleS][@posterior|@thompson][@reference]``: strategy NAME,
+    group size N (uniform-root strategies only), K oracle samples per candidate prompt and open
+    prefix (``rootoracle``: per candidate prompt only, prefixes stay predicted), the pipelined flow
+    at ``run.max_staleness: S``, candidate prompts valued under their posterior (``root_posterior``)
+    or planned on a posterior draw (``root_thompson``), the roots' reference term
+    (``predictor.reference``; these three trace and trace-root only); a ValueError says what is
+    wrong in one line."""
     name, *mods = [part.strip() for part in text.strip().split("@")]
     if name not in known:
         raise ValueError(f"unknown strategy {name!r} in {text!r}; known: {', '.join(known)}")
     group = oracle = stale = values = None
-    roots_only = False
+    roots_only = reference = False
     for mod in mods:
         if mod.isdigit() and 1 <= int(mod) <= 64 and group is None:
             if name not in GROUP_SIZE_STRATEGIES:
@@ -89,13 +93,18 @@ def parse_variant(text: str, known: list[str]) -> Variant:
             if name not in ROOT_VALUE_STRATEGIES:
                 raise ValueError(f"{text!r}: {name} has no root_{mod} (only {', '.join(ROOT_VALUE_STRATEGIES)})")
             values = mod
+        elif mod == "reference" and not reference:
+            if name not in ROOT_VALUE_STRATEGIES:
+                raise ValueError(f"{text!r}: {name} has no predicted roots to score (only {', '.join(ROOT_VALUE_STRATEGIES)})")
+            reference = True
         else:
             raise ValueError(f"{text!r}: {mod!r} is neither a group size (1-64), oracleK / rootoracleK (K 1-64), "
-                             "staleS (S 1-8) nor posterior / thompson, once each")
+                             "staleS (S 1-8), posterior / thompson nor reference, once each")
     label = (name + (f"@{group}" if group is not None else "")
              + (f"@{'root' if roots_only else ''}oracle{oracle}" if oracle is not None else "")
-             + (f"@stale{stale}" if stale is not None else "") + (f"@{values}" if values is not None else ""))
-    return Variant(label, name, group, oracle, roots_only, stale, values)
+             + (f"@stale{stale}" if stale is not None else "") + (f"@{values}" if values is not None else "")
+             + ("@reference" if reference else ""))
+    return Variant(label, name, group, oracle, roots_only, stale, values, reference)
 
 
 def child_run_id(compare_id: str, strategy: str, seed: int) -> str:

@@ -34,6 +34,8 @@ def test_a_group_size_and_the_oracle_are_rows_of_their_own():
     ("trace@stale1@stale2", "neither a group size"),
     ("grpo@thompson", "grpo has no root_thompson"),
     ("trace@thompson@posterior", "neither a group size"),
+    ("grpo@reference", "grpo has no predicted roots"),
+    ("trace@reference@reference", "neither a group size"),
 ])
 def test_a_malformed_row_is_one_line(text, says):
     with pytest.raises(ValueError, match=says) as err:
@@ -73,3 +75,14 @@ def test_root_value_knobs_are_rows_of_their_own():
     assert root.allocation.trace_root.root_thompson and run_label(root.model_dump()) == "trace-root@thompson"
     assert run_label(base.model_dump()) == "trace"
     assert child_run_id("cmp", "trace@thompson", 3) == "cmp-trace-thompson-s3"
+
+
+def test_the_reference_term_is_a_row_of_its_own():
+    from trace_core.allocation.strategies import run_label
+
+    base = TrainConfig.model_validate({"allocation": {"strategy": "trace"}})
+    v = parse_variant("trace@thompson@reference", strategy_names())
+    cfg = v.apply(base)
+    assert v.label == "trace@thompson@reference" and cfg.predictor.reference.enabled and not base.predictor.reference.enabled
+    assert run_label(cfg.model_dump()) == "trace@thompson@reference"
+    assert child_run_id("cmp", "trace@reference", 1) == "cmp-trace-reference-s1"

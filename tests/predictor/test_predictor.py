@@ -12,7 +12,9 @@ from trace_core.predictor.calibration import fit_isotonic, fit_platt, logit, map
 from trace_core.predictor.evaluation import ece
 from trace_core.predictor.features import featurize
 from trace_core.predictor.model import SuccessHead, head_logits, schedule
+from trace_core.predictor.persist import load_predictor
 from trace_core.predictor.prior import outcome_counts
+from trace_core.predictor.synthetic import synthetic_run
 
 
 def test_fit_predict_shapes_and_range(small_run, fast_config):
@@ -161,3 +163,49 @@ def test_concentration_is_the_prior_strength_plus_the_prompts_own_record(small_r
     w = dict(zip(by_prompt["prompt_id"].to_list(), by_prompt["w"].to_list(), strict=True))
     expect = np.array([kp + w.get(p, 0.0) for p in roots["prompt_id"].to_list()])
     assert np.allclose(c, expect)
+
+
+def _with_ref_scores(nodes: pl.DataFrame, seed: int = 0) -> pl.DataFrame:
+    """Roots get ``ref_score``: the within-(iteration, cell) rank of a noisy reading of their true
+    success probability, scaled to [-0.5, 0.5] (what stage 2 records from the demonstration)."""
+    rng = np.random.default_rng(seed)
+    noisy = nodes["true_p"].to_numpy() + rng.normal(0, 0.05, nodes.height)
+    cell = ["iteration", "task", "difficulty"]
+    ranked = (nodes.with_columns(pl.Series("_r", noisy))
+              .with_columns(pl.when(pl.col("depth") == 0).then(pl.col("_r")).alias("_r"))
+              .with_columns(((pl.col("_r").rank("average").over(cell) - 1)
+                             / (pl.col("_r").count().over(cell) - 1).clip(1, None) - 0.5).alias("ref_score")))
+    return ranked.drop("_r")
+
+
+def test_the_reference_term_orders_unseen_roots_by_their_score(fast_config, tmp_path):
+    """predictor.reference: roots of prompts never sampled, which the prior cannot tell apart within
+    a cell, are ordered by their reference score once the term is fitted; it survives a save."""
+    from scipy.stats import spearmanr
+
+    run = _with_ref_scores(synthetic_run(4, seed=3, n_prompts=600, prompts_per_iter=60))
+    history, nxt = run.filter(pl.col("iteration") < 3), run.filter((pl.col("iteration") == 3) & (pl.col("depth") == 0))
+    seen = set(outcome_counts(history)["prompt_id"].to_list())
+    unseen = nxt.filter(~pl.col("prompt_id").is_in(list(seen)))
+    assert unseen.height >= 30
+    cfg = fast_config.model_copy(update={"reference": fast_config.reference.model_copy(
+        update={"enabled": True, "min_nodes": 20})})
+    on, off = make_predictor(cfg), make_predictor(fast_config)
+    report = on.fit(history)
+    off.fit(history)
+    assert any(k.startswith("reference_") and "b" in v for k, v in report.calib.items())
+    assert all(b > 0 for _, b in on.reference.coefs.values()), "a higher rank means more success"
+
+    def within_cells(pred) -> float:  # mean Spearman correlation with true_p inside each (family, difficulty)
+        frame = unseen.with_columns(pl.Series("p", pred.predict(unseen)))
+        rhos = [spearmanr(c["p"], c["true_p"]).statistic for _, c in frame.group_by("task", "difficulty")
+                if c.height >= 4 and c["p"].n_unique() > 1]
+        return float(np.mean(rhos)) if rhos else 0.0
+
+    rho_on, rho_off = within_cells(on), within_cells(off)
+    assert rho_on > 0.5 and rho_on > rho_off + 0.3, (rho_on, rho_off)
+    assert np.allclose(on.predict(unseen.drop("ref_score")), off.predict(unseen.drop("ref_score")), atol=0.05), \
+        "without a score the term is silent"
+    back = load_predictor(on.save(tmp_path / "p.safetensors"))
+    assert back.reference.coefs == on.reference.coefs
+    assert np.allclose(back.predict(unseen), on.predict(unseen))

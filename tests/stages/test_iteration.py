@@ -203,3 +203,35 @@ def test_thompson_roots_plan_on_posterior_draws_and_record_the_mean(one_iteratio
     if prefixes.refill_prompts:
         wave = pl.read_parquet(prefixes.refill_prompts)
         assert np.allclose(wave["utility"].to_numpy(), root_utility(drawn, wave["m_alloc"].to_numpy()), atol=1e-6)
+
+
+def test_reference_scores_rank_each_candidates_demonstration_within_its_cell(one_iteration, runtime):
+    """predictor.reference on real candidates and the shipped policy: every synthetic candidate's
+    demonstration is scored (one forward pass each) and its within-cell rank recorded in the prompts
+    shard; before the predictor has fitted a term the predictions are those of the run without it."""
+    import numpy as np
+
+    cfg, ref, res = one_iteration
+    rcfg = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(update={
+        "reference": cfg.predictor.reference.model_copy(update={"enabled": True})})})
+    off = pl.read_parquet(it.allocate_roots(ref, cfg, 0, res.predictor).prompts)
+    assert off["ref_score"].null_count() == off.height, "off: nothing scored"
+    on = pl.read_parquet(it.allocate_roots(ref, rcfg, 0, res.predictor, initial_checkpoint(rcfg), runtime).prompts)
+    # small-ci's env.max_turns cuts the longest math demonstrations short: those stay unscored
+    assert on["ref_score"].null_count() <= on.height // 4
+    on = on.filter(pl.col("ref_score").is_not_null())
+    s = on["ref_score"].to_numpy()
+    assert s.min() >= -0.5 and s.max() <= 0.5
+    cells = on.group_by("task", "difficulty").agg(pl.col("ref_score").mean().alias("mean"), pl.len().alias("n"))
+    assert np.allclose(cells["mean"].to_numpy(), 0.0, atol=1e-6), "a rank within each cell centres on 0"
+    off = off.filter(pl.col("prompt_id").is_in(on["prompt_id"].implode()))
+    assert on["v_pred"].to_list() == off["v_pred"].to_list(), "no term fitted yet at iteration 0"
+    with pytest.raises(ValueError, match="checkpoint and runtime"):
+        it.allocate_roots(ref, rcfg, 0, res.predictor)
+
+
+def test_reference_scores_need_the_synchronous_flow():
+    from trace_core.config.io import ConfigError
+
+    with pytest.raises(ConfigError, match="max_staleness"):
+        load_train_config(CONFIGS / "small-ci.yaml", SETS + ["predictor.reference.enabled=true", "run.max_staleness=1"])

@@ -99,7 +99,8 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
     """The row a run belongs to in a comparison, from its config (``runs.config_json``):
     its strategy, ``@N`` for a uniform strategy's group size when ``group_sizes_differ``, and
     ``@oracleK`` / ``@rootoracleK`` for the oracle bound, ``@staleS`` for a pipelined run and
-    ``@posterior`` / ``@thompson`` for the root values' knobs (``compare``'s variant names)."""
+    ``@posterior`` / ``@thompson`` for the root values' knobs and ``@reference`` for the roots'
+    reference term (``compare``'s variant names)."""
     alloc, pred = config.get("allocation", {}), config.get("predictor", {})
     label = str(alloc.get("strategy", "?"))
     if group_sizes_differ and label in GROUP_SIZE_STRATEGIES:
@@ -112,6 +113,8 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
     for mark in ("posterior", "thompson"):
         if knobs.get(f"root_{mark}"):
             label += f"@{mark}"
+    if (pred.get("reference") or {}).get("enabled"):
+        label += "@reference"
     return label
 
 
