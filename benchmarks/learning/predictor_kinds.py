@@ -24,8 +24,9 @@ import polars as pl
 from trace_core.predictor.evaluation import auc, brier, ece
 from trace_core.store import query
 
-SQL = ("SELECT run_id, iteration, node_id, prompt_id, task, kind, v_pred, outcome, weight "
-       "FROM scored_predictions(NULL)")
+SQL = ("SELECT s.run_id, s.iteration, s.node_id, s.prompt_id, s.task, c.difficulty, s.kind, s.v_pred, s.outcome, "
+       "s.weight FROM scored_predictions(NULL) s LEFT JOIN (SELECT DISTINCT run_id, prompt_id, difficulty "
+       "FROM prompts) c USING (run_id, prompt_id)")
 
 
 def with_kinds(rows: pl.DataFrame) -> pl.DataFrame:
@@ -56,6 +57,8 @@ def main() -> None:
     ap.add_argument("--home", required=True)
     ap.add_argument("--runs", required=True, help="comma-separated run id prefixes")
     ap.add_argument("--per-iteration", action="store_true", help="also one row per (kind, iteration)")
+    ap.add_argument("--by-family", action="store_true",
+                    help="also one row per (kind, family), with the AUC within each (family, difficulty) cell")
     args = ap.parse_args()
     prefixes = tuple(p for p in args.runs.split(",") if p)
     rows = query(args.home, SQL)
@@ -75,6 +78,16 @@ def main() -> None:
         s = scores(sub)
         print(f"| {kind} | {s['n']} | {s['brier']:.4f} | {s['brier_family_rate']:.4f} | {s['auc']:.3f} "
               f"| {s['auc_within_family']:.3f} | {s['ece']:.3f} | {s['mean_pred']:.3f} | {s['mean_outcome']:.3f} |")
+    if args.by_family:
+        print("\n| kind | family | predictions | Brier | AUC | AUC within cell | mean pred | mean outcome |\n"
+              "|---|---|---|---|---|---|---|---|")
+        for (kind, fam), sub in sorted(rows.filter(pl.col("kind2") != "prefix").group_by("kind2", "task"),
+                                       key=lambda kv: kv[0]):
+            s = scores(sub)
+            cells = [auc(g["v_pred"].to_numpy(), g["outcome"].to_numpy(), g["weight"].to_numpy())
+                     for _, g in sub.group_by("difficulty")]
+            print(f"| {kind} | {fam} | {s['n']} | {s['brier']:.4f} | {s['auc']:.3f} | {np.nanmean(cells):.3f} "
+                  f"| {s['mean_pred']:.3f} | {s['mean_outcome']:.3f} |")
     if args.per_iteration:
         print("\n| kind | iteration | predictions | Brier | AUC | AUC within family | ECE |\n|---|---|---|---|---|---|---|")
         for (kind, it), sub in sorted(rows.group_by("kind2", "iteration"), key=lambda kv: (kv[0][0], kv[0][1])):

@@ -132,9 +132,15 @@ class ReferenceConfig(BaseModel):
         "moves a root's success, per family and per seen / unseen prompt. Needs run.max_staleness = 0 (the "
         "flow's policy is the rollouts' checkpoint).",
     )
-    l2: float = Field(1.0, ge=0.0, le=1e6, description="L2 penalty on each group's intercept and slope.")
+    l2: float = Field(1.0, ge=0.0, le=1e6, description="L2 penalty on a pooled term's intercept and slope.")
+    group_l2: float = Field(
+        20.0, ge=0.0, le=1e6,
+        description="L2 pull of a family's term toward its kind's pooled term (all families, seen or unseen): "
+        "with few scored roots of its own a family borrows the pooled slope.",
+    )
     min_nodes: int = Field(
-        30, ge=2, le=1_000_000, description="Scored, labelled roots a group needs before it gets a term."
+        30, ge=2, le=1_000_000,
+        description="Scored, labelled roots a pooled term (or a family's, where its kind has no pool) needs.",
     )
 
 

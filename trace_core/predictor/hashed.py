@@ -244,7 +244,7 @@ class HashedPredictor:
         y, c = decision_labels(sub, counts)
         z = logit(by_kind(self.prior_maps, view.prompt[rows], is_root(sub)))
         report = self.reference.fit(score[rows], z, y, self._age_weight(sub, c), groups[rows],
-                                    l2=rcfg.l2, min_nodes=rcfg.min_nodes)
+                                    l2=rcfg.l2, min_nodes=rcfg.min_nodes, group_l2=rcfg.group_l2)
         return {f"reference_{g}": r for g, r in report.items()}
 
     def _record_track(self, nodes: pl.DataFrame, counts: pl.DataFrame) -> None:

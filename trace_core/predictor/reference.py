@@ -8,10 +8,11 @@ cell and this score to go by, a prompt with a record already carries much of wha
 
 The coefficients are a weighted logistic regression with the mapped prior's logit as offset, on
 the labelled roots that carry a score (the same rows and weights as the prior's map), L2-penalised
-toward "no correction" and fitted by Newton's method (two parameters a group: a few milliseconds).
-The prior of a past root is taken as of its iteration, so every fitting row is a prospective
-prediction, as for the prior's map. A group with fewer than ``min_nodes`` rows gets no term; a row
-without a score (a prefix, a task without a demonstration) is left as it is.
+and fitted by Newton's method (two parameters a term: a few milliseconds). A pooled term per kind
+(every family together) is penalised toward "no correction"; each family's term toward its
+kind's pool (``ReferenceTerm``). The prior of a past root is taken as of its iteration, so every
+fitting row is a prospective prediction, as for the prior's map. A row without a score (a prefix,
+a task without a demonstration) is left as it is.
 """
 
 from __future__ import annotations
@@ -26,13 +27,16 @@ def group_keys(families, seen: np.ndarray) -> np.ndarray:
     return np.asarray([f"{f}:{'seen' if s else 'unseen'}" for f, s in zip(families, seen, strict=True)], dtype=object)
 
 
-def _newton(x: np.ndarray, z: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float, steps: int = 25) -> tuple[float, float]:
-    """argmin over (a, b) of the weighted logistic loss of ``y`` at logit ``z + a + b x`` plus ``l2/2 (a^2 + b^2)``."""
-    theta = np.zeros(2)
+def _newton(x: np.ndarray, z: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float, center=(0.0, 0.0),
+            steps: int = 25) -> tuple[float, float]:
+    """argmin over (a, b) of the weighted logistic loss of ``y`` at logit ``z + a + b x`` plus
+    ``l2/2 |(a, b) - center|^2``."""
+    c = np.asarray(center, dtype=np.float64)
+    theta = c.copy()
     design = np.stack([np.ones_like(x), x], axis=1)
     for _ in range(steps):
         p = sigmoid(z + design @ theta)
-        grad = design.T @ (w * (p - y)) + l2 * theta
+        grad = design.T @ (w * (p - y)) + l2 * (theta - c)
         hess = (design * (w * p * (1 - p))[:, None]).T @ design + l2 * np.eye(2)
         step = np.linalg.solve(hess, grad)
         theta -= step
@@ -41,33 +45,58 @@ def _newton(x: np.ndarray, z: np.ndarray, y: np.ndarray, w: np.ndarray, l2: floa
     return float(theta[0]), float(theta[1])
 
 
+def _kind(group: str) -> str:
+    return "pool:" + group.rsplit(":", 1)[-1]
+
+
 class ReferenceTerm:
-    """``coefs[group] = (a, b)``; ``apply`` adds ``a + b * score`` to the logit of scored rows."""
+    """``coefs[group] = (a, b)``; ``apply`` adds ``a + b * score`` to the logit of scored rows.
+
+    Two levels: a pooled term per kind (``pool:seen``, ``pool:unseen``: every family together),
+    fitted once it has ``min_nodes`` rows, and a term per group shrunk toward its kind's pool
+    (``group_l2``), so a family with few scored roots yet -- the unseen prompts of the first
+    iterations, which is when most unseen prompts are picked -- borrows the other families'
+    slope instead of getting none. A group with no pool needs ``min_nodes`` rows of its own."""
 
     def __init__(self, coefs: dict[str, tuple[float, float]] | None = None):
         self.coefs = dict(coefs or {})
 
     def fit(self, score: np.ndarray, z: np.ndarray, y: np.ndarray, w: np.ndarray, groups: np.ndarray, *,
-            l2: float, min_nodes: int) -> dict:
-        """Refit every group from scratch; the report has each group's rows and coefficients."""
+            l2: float, min_nodes: int, group_l2: float | None = None) -> dict:
+        """Refit every level from scratch; the report has each fitted term's rows and coefficients."""
         self.coefs, report = {}, {}
         ok = np.isfinite(score) & np.isfinite(z) & (w > 0)
+        kinds = np.asarray([_kind(str(g)) for g in groups], dtype=object)
+        for k in sorted(set(kinds[ok].tolist())):
+            m = ok & (kinds == k)
+            if m.sum() >= min_nodes:
+                self.coefs[k] = _newton(score[m], z[m], y[m], w[m], l2)
+                report[k] = {"n": float(m.sum()), "a": round(self.coefs[k][0], 4), "b": round(self.coefs[k][1], 4)}
         for g in sorted(set(groups[ok].tolist())):
             m = ok & (groups == g)
-            if m.sum() < min_nodes:
+            pool = self.coefs.get(_kind(g))
+            if pool is None and m.sum() < min_nodes:
                 report[g] = {"n": float(m.sum()), "method": "skipped"}
                 continue
-            a, b = _newton(score[m], z[m], y[m], w[m], l2)
+            if pool is None:
+                a, b = _newton(score[m], z[m], y[m], w[m], l2)
+            else:
+                a, b = _newton(score[m], z[m], y[m], w[m], l2 if group_l2 is None else group_l2, center=pool)
             self.coefs[g] = (a, b)
             report[g] = {"n": float(m.sum()), "a": round(a, 4), "b": round(b, 4)}
         return report
 
     def apply(self, z: np.ndarray, score: np.ndarray, groups: np.ndarray) -> np.ndarray:
-        """``z`` moved by each scored row's group term (rows without a score or a term unchanged)."""
+        """``z`` moved by each scored row's term: its group's, else its kind's pool (rows without a
+        score, or without either term, unchanged)."""
         out = np.asarray(z, dtype=np.float64).copy()
-        for g, (a, b) in self.coefs.items():
-            m = (groups == g) & np.isfinite(score)
-            out[m] += a + b * score[m]
+        scored = np.isfinite(score)
+        for g in set(np.asarray(groups)[scored].tolist()):
+            coef = self.coefs.get(g) or self.coefs.get(_kind(g))
+            if coef is None:
+                continue
+            m = scored & (groups == g)
+            out[m] += coef[0] + coef[1] * score[m]
         return out
 
     def state(self) -> dict:
