@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 import torch
+from scipy.stats import rankdata
 
 from trace_core.envs.base import Env, Task
 from trace_core.home.layout import shard_path
@@ -92,14 +93,7 @@ def within_cell_rank(tasks: Sequence[Task], values: np.ndarray) -> np.ndarray:
         if len(rows) == 1:
             out[rows[0]] = 0.0
             continue
-        v = values[rows]
-        order = np.argsort(v, kind="stable")
-        rank = np.empty(len(v))
-        rank[order] = np.arange(len(v), dtype=float)
-        for u in np.unique(v):  # ties: the mean rank
-            tie = v == u
-            rank[tie] = rank[tie].mean()
-        out[rows] = rank / (len(v) - 1) - 0.5
+        out[rows] = (rankdata(values[rows]) - 1.0) / (len(rows) - 1) - 0.5  # ties: their mean rank
     return out
 
 
