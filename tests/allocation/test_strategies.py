@@ -251,6 +251,34 @@ def test_stratified_prefix_plan_spends_each_share_within_its_stratum():
                       strata=fam.tolist(), prefix_strata=["qa"])
 
 
+def test_value_shares_move_a_solved_familys_budget_to_the_doubtful_ones():
+    """``value_shares`` 1: each family's share follows its summed 4v(1 - v); 0.5 halfway; the prefix
+    stage splits the budget the same way as the root stage did."""
+    from trace_core.allocation.planner import plan_prefixes, plan_roots, stratum_budgets, strata_groups
+
+    rng = np.random.default_rng(3)
+    v, fam = _skewed_pool(rng)
+    base = alloc("trace", budget_total=120, max_per_prompt=4, stratify="task")
+    groups = strata_groups(base, get_strategy("trace"), fam.tolist(), len(v))
+    assert stratum_budgets(base, v, groups).tolist() == [40, 40, 40]  # qa, math, fc: their candidates
+    w = {f: float(np.sum(4 * v[fam == f] * (1 - v[fam == f]))) for f in ("qa", "math", "fc")}
+    full = stratum_budgets(base.model_copy(update={"value_shares": 1.0}), v, groups)
+    assert abs(full[0] - 120 * w["qa"] / sum(w.values())) <= 1 and full.sum() == 120
+    half = stratum_budgets(base.model_copy(update={"value_shares": 0.5}), v, groups)
+    assert full[0] > half[0] > 40 and half.sum() == 120
+    cfg = base.model_copy(update={"value_shares": 1.0})
+    roots = plan_roots(v, cfg, rng, strata=fam.tolist())
+    owner = np.repeat(np.arange(len(v)), roots.m)
+    r = (rng.random(owner.size) < v[owner]).astype(float)
+    plan = plan_prefixes(roots, v, np.where(r > 0.5, 0.7, 0.3), r, np.ones(owner.size), np.ones(owner.size),
+                         int(roots.m.sum()), cfg, rng, strata=fam.tolist(), prefix_strata=fam[owner].tolist())
+    for f, b in zip(("qa", "math", "fc"), full, strict=True):
+        spent = roots.m[fam == f].sum() + plan.second_wave[fam == f].sum() + plan.k[fam[owner] == f].sum()
+        assert spent <= b, (f, spent, b)
+    with pytest.raises(ValidationError):
+        alloc("trace", value_shares=1.5)
+
+
 def test_uniform_strategies_ignore_stratify():
     from trace_core.allocation.planner import plan_roots
 

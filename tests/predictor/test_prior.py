@@ -44,6 +44,29 @@ def test_only_earlier_iterations_count_and_older_ones_less():
     assert prior.posterior(q, np.array([2])).prompt[0] == pytest.approx(4 / 6, abs=1e-6)
 
 
+def test_a_prompts_own_discount_keeps_its_record_while_the_cell_moves():
+    """Prompt a failed 4 of 4 at iteration 0; its cell then rose to 12 of 16 at iteration 3. With one
+    discount (0.5) a's record has faded by iteration 4 and it is predicted near the cell; with its own
+    discount of 1 the record holds it down. The empirical-Bayes grid tries pairs with the prompt's
+    discount at least the cell's, and the chosen pair survives a save."""
+    rows = [("a", "qa", 0, 0, 0.0, 4.0), ("b", "qa", 0, 3, 12.0, 16.0)]
+    fixed = {"discount": 0.5, "cell_strength": 1e-9, "prompt_strength": 1.0}
+    one, own = HierarchicalPrior(PriorConfig(**fixed)), HierarchicalPrior(PriorConfig(**fixed, prompt_discount=1.0))
+    one.fit(_counts(rows))
+    report = own.fit(_counts(rows))
+    assert report["discount"] == 0.5 and report["prompt_discount"] == 1.0
+    q, t = _query("a", "qa", 0), np.array([4])
+    cell = one.posterior(q, t).cell[0]
+    assert own.posterior(q, t).cell[0] == pytest.approx(cell)  # the cell is discounted as before
+    assert one.posterior(q, t).prompt[0] == pytest.approx((cell + 0) / (1 + 4 * 0.5**3), abs=1e-6)
+    assert own.posterior(q, t).prompt[0] == pytest.approx(cell / (1 + 4), abs=1e-6)
+    again = HierarchicalPrior.from_state(PriorConfig(), own.state())
+    assert again.posterior(q, t).prompt[0] == pytest.approx(own.posterior(q, t).prompt[0])
+    grid = HierarchicalPrior(PriorConfig(discount_grid=[0.5, 0.85], prompt_discount_grid=[0.7, 1.0]))
+    assert grid._discount_pairs() == [(0.5, 0.7), (0.5, 1.0), (0.85, 1.0)]
+    assert HierarchicalPrior(PriorConfig())._discount_pairs() == [(g, None) for g in PriorConfig().discount_grid]
+
+
 def test_fresh_cells_predict_an_unseen_prompt_from_first_visits():
     """Training on a prompt raises its own rate: first visits 2 of 8 each, revisits 7 of 8 each.
     Pooled, the cell says 0.52 for a prompt never sampled; with fresh_cells it says what first

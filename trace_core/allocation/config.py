@@ -201,6 +201,12 @@ class AllocationConfig(BaseModel):
         "whose prompts all sit near v = 0.5 can take nearly the whole budget and the others are forgotten. "
         "The uniform strategies take the stream in order (already a mix) either way.",
     )
+    value_shares: float = Field(
+        0.0, ge=0.0, le=1.0,
+        description="With stratify: how a stratum's share of the budget is set. 0: its share of the candidates; "
+        "1: its share of the candidates' summed success variance 4v(1 - v) (where contrast is expected, so a "
+        "family that is mostly solved gives its budget to the ones that are not); in between, that mix.",
+    )
     min_prob: float = Field(
         0.02, ge=0.0, lt=0.5,
         description="Predicted probabilities are clipped to [min_prob, 1 - min_prob] before allocation: a "

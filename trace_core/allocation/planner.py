@@ -114,6 +114,22 @@ def split_budget(budget: int, counts) -> np.ndarray:
     return out
 
 
+def stratum_budgets(cfg: AllocationConfig, v_root, groups) -> np.ndarray:
+    """Each stratum's share of ``cfg.budget_total``: in proportion to its candidates, moved by
+    ``cfg.value_shares`` toward its share of their summed success variance ``4v(1 - v)``. The
+    root and the prefix stage both call this with the same ``v_root`` (stored as float32 between
+    them, so it is read as float32 here) and so split the budget alike."""
+    counts = np.asarray([len(ix) for _, ix in groups], dtype=np.float64)
+    lam = float(cfg.value_shares)
+    if lam <= 0.0 or counts.sum() <= 0:
+        return split_budget(cfg.budget_total, counts)
+    v = np.clip(np.asarray(v_root, dtype=np.float32).astype(np.float64), cfg.min_prob, 1.0 - cfg.min_prob)
+    w = np.asarray([float(np.sum(4.0 * v[ix] * (1.0 - v[ix]))) for _, ix in groups])
+    by_count = counts / counts.sum()
+    by_value = w / w.sum() if w.sum() > 0 else by_count
+    return split_budget(cfg.budget_total, (1.0 - lam) * by_count + lam * by_value)
+
+
 def stratum_labels(how: str, families, difficulties) -> list[str] | None:
     """The stratum of each candidate or prefix for ``allocation.stratify``: its task family
     (``task``) or (family, difficulty) cell (``cell``); None for ``none``."""
@@ -169,7 +185,7 @@ def plan_roots(v_root: np.ndarray, cfg: AllocationConfig, rng: np.random.Generat
     if groups is None:  # one stratum: every candidate, the whole budget
         groups, shares = [(None, np.arange(len(v_root)))], [cfg.budget_total]
     else:
-        shares = split_budget(cfg.budget_total, [len(ix) for _, ix in groups])
+        shares = stratum_budgets(cfg, v_root, groups)
     m = np.zeros(len(v_root), dtype=np.int64)
     budget, prices = 0, []
     for (_, ix), b in zip(groups, shares, strict=True):
@@ -234,7 +250,7 @@ def _plan_prefixes_by_stratum(groups, roots: RootPlan, v_root, v_prefix, r, dept
     extra = np.zeros(len(v_prefix), dtype=np.int64)
     m2 = np.zeros(len(v_root), dtype=np.int64)
     priced = 0
-    for (lab, ix), b in zip(groups, split_budget(cfg.budget_total, [len(ix) for _, ix in groups]), strict=True):
+    for (lab, ix), b in zip(groups, stratum_budgets(cfg, v_root, groups), strict=True):
         pix = np.flatnonzero(labels_arr == lab) if len(labels_arr) else np.zeros(0, dtype=np.int64)
         left = max(int(b) - int(roots.m[ix].sum()), 0)
         if b < 1 or (left < 1 and pix.size == 0):

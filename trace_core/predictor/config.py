@@ -88,6 +88,17 @@ class PriorConfig(BaseModel):
     discount_grid: list[float] = Field(
         [0.5, 0.7, 0.85, 1.0], min_length=1, description="Discounts tried when discount is None."
     )
+    prompt_discount: float | None = Field(
+        None, gt=0.0, le=1.0,
+        description="Weight of a prompt's own outcome per iteration of age, apart from the cell's discount: a "
+        "cell's rate moves with the policy, while a prompt that fails every episode stays out of reach until the "
+        "policy reaches it (an all-failure group teaches nothing). None = the cell's discount, unless "
+        "prompt_discount_grid names values to choose from by empirical Bayes.",
+    )
+    prompt_discount_grid: list[float] = Field(
+        [], description="Prompt discounts tried, with each of discount_grid, when prompt_discount is None "
+        "(empty: the cell's discount). A value below the cell's is not tried.",
+    )
     cell_strength: float | None = Field(
         None, ge=0.0, le=1e6,
         description="Pseudo-count of the trend prior of a cell; None = empirical Bayes (prequential likelihood).",

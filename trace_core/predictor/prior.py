@@ -147,6 +147,7 @@ class HierarchicalPrior:
         self.kappa_cell = cfg.cell_strength if cfg.cell_strength is not None else DEFAULT_STRENGTH["cell"]
         self.kappa_prompt = cfg.prompt_strength if cfg.prompt_strength is not None else DEFAULT_STRENGTH["prompt"]
         self.discount = cfg.discount if cfg.discount is not None else DEFAULT_DISCOUNT
+        self.prompt_discount: float | None = cfg.prompt_discount  # None: the cell's discount
         self._tables: dict[int, tuple] = {}
 
     @property
@@ -157,18 +158,29 @@ class HierarchicalPrior:
         """Store the counts and set discount and strengths (empirical Bayes unless fixed in the config)."""
         self.counts = _normalise(counts)
         best = None
-        for gamma in [self.cfg.discount] if self.cfg.discount is not None else self.cfg.discount_grid:
-            self.discount, self._tables = gamma, {}
+        for gamma, gamma_p in self._discount_pairs():
+            self.discount, self.prompt_discount, self._tables = gamma, gamma_p, {}
             kc, kp, loss, n_units = self._strengths()
-            if best is None or loss < best[3] - 1e-9 * max(1.0, abs(best[3])):  # near-ties: the first wins
-                best = (gamma, kc, kp, loss, n_units)
-        gamma, self.kappa_cell, self.kappa_prompt, loss, n_units = best
-        if n_units == 0:  # nothing to choose by: the configured or default discount
+            if best is None or loss < best[4] - 1e-9 * max(1.0, abs(best[4])):  # near-ties: the first wins
+                best = (gamma, gamma_p, kc, kp, loss, n_units)
+        gamma, gamma_p, self.kappa_cell, self.kappa_prompt, loss, n_units = best
+        if n_units == 0:  # nothing to choose by: the configured or default discounts
             gamma = self.cfg.discount if self.cfg.discount is not None else DEFAULT_DISCOUNT
-        if gamma != self.discount:
-            self.discount, self._tables = gamma, {}
+            gamma_p = self.cfg.prompt_discount
+        if (gamma, gamma_p) != (self.discount, self.prompt_discount):
+            self.discount, self.prompt_discount, self._tables = gamma, gamma_p, {}
         return {"kappa_cell": self.kappa_cell, "kappa_prompt": self.kappa_prompt, "discount": self.discount,
+                "prompt_discount": self.prompt_discount if self.prompt_discount is not None else self.discount,
                 "prior_units": n_units, "prior_loss_per_unit": loss / max(n_units, 1)}  # fmt: skip
+
+    def _discount_pairs(self) -> list[tuple[float, float | None]]:
+        """The (cell, prompt) discounts to choose from; a prompt discount of None is the cell's."""
+        cells = [self.cfg.discount] if self.cfg.discount is not None else self.cfg.discount_grid
+        if self.cfg.prompt_discount is not None:
+            return [(g, self.cfg.prompt_discount) for g in cells]
+        if not self.cfg.prompt_discount_grid:
+            return [(g, None) for g in cells]
+        return [(g, gp) for g in cells for gp in self.cfg.prompt_discount_grid if gp >= g]
 
     def _strengths(self) -> tuple[float, float, float, int]:
         """``(k_cell, k_prompt, prequential loss, units)`` at the current discount."""
@@ -190,8 +202,10 @@ class HierarchicalPrior:
         first recorded iteration (and the held-out cell prior) fills the False cells, later visits
         the True ones; trend False is fitted on the False cells, trend True on all."""
         if t not in self._tables:
+            age = (t - 1 - pl.col("iteration")).clip(0, None).cast(pl.Float64)
+            gamma_p = self.prompt_discount if self.prompt_discount is not None else self.discount
             c = self.counts.filter(pl.col("iteration") < t).with_columns(
-                (self.discount ** (t - 1 - pl.col("iteration")).clip(0, None).cast(pl.Float64)).alias("w"))
+                (self.discount**age).alias("w"), (gamma_p**age).alias("wp"))
             revisit = pl.lit(False)
             if self.cfg.fresh_cells:
                 revisit = (pl.col("prompt_id").is_not_null()
@@ -202,7 +216,7 @@ class HierarchicalPrior:
                 (pl.col("w") * pl.col("s")).sum().alias("cs"), (pl.col("w") * pl.col("n")).sum().alias("cn")).sort(
                 "task", "difficulty", "revisit")
             prompts = c.filter(pl.col("prompt_id").is_not_null()).group_by("prompt_id").agg(
-                (pl.col("w") * pl.col("s")).sum().alias("ps"), (pl.col("w") * pl.col("n")).sum().alias("pn")).sort(
+                (pl.col("wp") * pl.col("s")).sum().alias("ps"), (pl.col("wp") * pl.col("n")).sum().alias("pn")).sort(
                 "prompt_id")
             pooled = cells.group_by("task", "difficulty").agg(pl.col("cs").sum(), pl.col("cn").sum()).sort(
                 "task", "difficulty")
@@ -292,7 +306,7 @@ class HierarchicalPrior:
     # -- persistence --------------------------------------------------------------------------------
     def state(self) -> dict:
         return {"kappa_cell": self.kappa_cell, "kappa_prompt": self.kappa_prompt, "discount": self.discount,
-                "base": self.base, "counts": self.counts.to_dict(as_series=False)}  # fmt: skip
+                "prompt_discount": self.prompt_discount, "base": self.base, "counts": self.counts.to_dict(as_series=False)}  # fmt: skip
 
     @classmethod
     def from_state(cls, cfg: PriorConfig, state: dict) -> HierarchicalPrior:
@@ -300,6 +314,8 @@ class HierarchicalPrior:
         prior.counts = pl.DataFrame(state["counts"], schema=COUNTS_SCHEMA)
         prior.kappa_cell, prior.kappa_prompt = float(state["kappa_cell"]), float(state["kappa_prompt"])
         prior.discount = float(state["discount"])
+        gamma_p = state.get("prompt_discount")  # files from before the prompt's own discount: the cell's
+        prior.prompt_discount = None if gamma_p is None else float(gamma_p)
         return prior
 
 
