@@ -254,7 +254,7 @@ def test_stratified_prefix_plan_spends_each_share_within_its_stratum():
 def test_value_shares_move_a_solved_familys_budget_to_the_doubtful_ones():
     """``value_shares`` 1: each family's share follows its summed 4v(1 - v); 0.5 halfway; the prefix
     stage splits the budget the same way as the root stage did."""
-    from trace_core.allocation.planner import plan_prefixes, plan_roots, stratum_budgets, strata_groups
+    from trace_core.allocation.planner import plan_prefixes, plan_roots, strata_groups, stratum_budgets
 
     rng = np.random.default_rng(3)
     v, fam = _skewed_pool(rng)
