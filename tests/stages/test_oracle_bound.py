@@ -60,3 +60,33 @@ def test_a_roots_only_oracle_leaves_the_prefixes_predicted(tmp_path):
         raw = it.generate_raw_rollouts(ref, cfg, 0, ckpt, roots, rt)
         prefixes = it.score_prefixes(ref, cfg, 0, pred, roots, raw, ckpt, rt)
         assert prefixes.oracle_tokens == 0  # predicted, not sampled
+
+
+def test_the_oracle_told_only_its_zeros_keeps_the_other_predictions(tmp_path):
+    """``oracle_knows: zeros``: a candidate whose oracle episodes all failed is planned at 0 (the
+    clip), every other one at the predictor's value, and the sampling is still paid apart."""
+    over = ["run.eval_tasks=0", "run.candidate_pool=8", "allocation.budget_total=16", "sampling.max_new_tokens=16",
+            "env.max_turns=2", "run.threads=1"]
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", over)
+    told = load_train_config(CONFIGS / "small-ci.yaml", [*over, "predictor.oracle_samples=2",
+                                                         "predictor.oracle_stages=roots", "predictor.oracle_knows=zeros"])
+    ref, ckpt = RunRef(str(tmp_path / "home"), "oracle-zeros"), initial_checkpoint(cfg)
+    with Runtime(cfg) as rt:
+        pred = it.refresh_predictor(ref, cfg, 0)
+        plain = pl.read_parquet(it.allocate_roots(ref, cfg, 0, pred, ckpt, rt).prompts)["v_pred"].to_numpy()
+        roots = it.allocate_roots(ref, told, 0, pred, ckpt, rt)
+        v = pl.read_parquet(roots.prompts)["v_pred"].to_numpy()
+    assert roots.oracle_tokens > 0
+    eps = cfg.allocation.min_prob
+    assert np.all(np.isclose(v, plain) | np.isclose(v, eps))
+
+
+def test_oracle_blend_tells_the_planner_what_the_mode_names():
+    from trace_core.stages.oracle import oracle_blend
+
+    pred, sampled = np.array([0.3, 0.6, 0.9, 0.5]), np.array([0.0, 0.5, 1.0, 0.25])
+    assert np.allclose(oracle_blend(pred, sampled, "rates"), sampled)
+    assert np.allclose(oracle_blend(pred, sampled, "zeros"), [0.0, 0.6, 0.9, 0.5])
+    assert np.allclose(oracle_blend(pred, sampled, "extremes"), [0.0, 0.6, 1.0, 0.5])
+    with pytest.raises(ValueError, match="oracle_knows"):
+        oracle_blend(pred, sampled, "most")

@@ -107,6 +107,8 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
         label += f"@{alloc.get('group_size')}"
     if pred.get("oracle_samples"):
         label += f"@{'root' if pred.get('oracle_stages') == 'roots' else ''}oracle{pred['oracle_samples']}"
+        if pred.get("oracle_knows", "rates") != "rates":
+            label += f"{pred['oracle_knows']}"
     if config.get("run", {}).get("max_staleness"):
         label += f"@stale{config['run']['max_staleness']}"
     knobs = alloc.get(section_key(str(alloc.get("strategy", "")))) or {}

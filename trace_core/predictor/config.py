@@ -231,6 +231,11 @@ class PredictorConfig(BaseModel):
     oracle_stages: Literal["both", "roots"] = Field(
         "both", description="Where the oracle bound replaces predictions: both stages, or the roots only (the prompt "
         "choice; prefixes stay predicted, and the bound costs oracle_samples episodes per candidate prompt only).")
+    oracle_knows: Literal["rates", "zeros", "extremes"] = Field(
+        "rates", description="What the oracle bound tells the root stage, to take its gain apart: its sampled rates "
+        "(rates); or the predictions, except that a candidate whose oracle episodes all failed is set to 0 (zeros: "
+        "it knows only which prompts are out of reach now), or all failed or all succeeded to 0 or 1 (extremes: "
+        "which prompts would teach nothing now). Prefixes, with oracle_stages both, always get the rates.")
     encoder_path: str | None = Field(
         None, description="hf_encoder only: local path of a Hugging Face encoder (never downloaded)."
     )

@@ -40,7 +40,7 @@ from trace_core.metrics import trajectory_metrics
 from trace_core.nodes import nodes_frame, root_rows, with_prefix_decisions
 from trace_core.predictor import load_predictor, make_predictor
 from trace_core.runtime import Runtime, rollout_config
-from trace_core.stages.oracle import oracle_prefix_values, oracle_root_values
+from trace_core.stages.oracle import oracle_blend, oracle_prefix_values, oracle_root_values
 from trace_core.stages.prompt_pools import candidate_pool, heldout_pool, probe_pool, tasks_by_id
 from trace_core.stages.records import (
     confirmed_confident_share,
@@ -157,7 +157,7 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     oracle_tokens = 0
     conc = None
     ref_score = np.full(len(tasks), np.nan)
-    if cfg.predictor.oracle_samples:
+    if cfg.predictor.oracle_samples and cfg.predictor.oracle_knows == "rates":
         if checkpoint is None or runtime is None:
             raise ValueError("predictor.oracle_samples: the oracle samples under the policy; pass checkpoint and runtime")
         v, oracle_tokens = oracle_root_values(ref, cfg, iteration, checkpoint, tasks, runtime)
@@ -170,6 +170,12 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
             rows = rows.with_columns(pl.Series("ref_score", ref_score, dtype=pl.Float64))
         v = _clip(pred.predict(rows), cfg)
         conc = root_concentration(pred, rows)
+        if cfg.predictor.oracle_samples:  # oracle_knows zeros / extremes: a part of what the oracle knows
+            if checkpoint is None or runtime is None:
+                raise ValueError("predictor.oracle_samples: the oracle samples under the policy; pass checkpoint and "
+                                 "runtime")
+            sampled, oracle_tokens = oracle_root_values(ref, cfg, iteration, checkpoint, tasks, runtime)
+            v = _clip(oracle_blend(v, sampled, cfg.predictor.oracle_knows), cfg)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
     budget = cfg.allocation.budget_total
     if cfg.allocation.budget_tokens is not None:

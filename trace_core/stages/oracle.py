@@ -46,6 +46,19 @@ def oracle_root_values(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint
     return np.array([by_id.get(t.prompt_id, 0.0) for t in tasks], dtype=float), _tokens(nodes)
 
 
+def oracle_blend(predicted: np.ndarray, sampled: np.ndarray, knows: str) -> np.ndarray:
+    """What the planner is told under ``predictor.oracle_knows``: the sampled rates (``rates``), or
+    the predictions with the candidates whose sampled episodes all failed set to 0 (``zeros``), and
+    with those that all succeeded set to 1 as well (``extremes``)."""
+    predicted, sampled = np.asarray(predicted, dtype=float), np.asarray(sampled, dtype=float)
+    if knows == "rates":
+        return sampled
+    if knows not in ("zeros", "extremes"):
+        raise ValueError(f"predictor.oracle_knows must be rates, zeros or extremes, got {knows!r}")
+    out = np.where(sampled <= 0.0, 0.0, predicted)
+    return np.where(sampled >= 1.0, 1.0, out) if knows == "extremes" else out
+
+
 def oracle_prefix_values(cfg: TrainConfig, iteration: int, checkpoint: str, tasks_by_prompt: Mapping[str, Task],
                          nodes: pl.DataFrame, cands: pl.DataFrame,
                          runtime: Runtime) -> tuple[np.ndarray, np.ndarray, int]:
