@@ -100,7 +100,7 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
     its strategy, ``@N`` for a uniform strategy's group size when ``group_sizes_differ``, and
     ``@oracleK`` / ``@rootoracleK`` for the oracle bound, ``@staleS`` for a pipelined run and
     ``@posterior`` / ``@thompson`` for the root values' knobs and ``@reference`` for the roots'
-    reference term (``compare``'s variant names)."""
+    reference term (``compare``'s variant names), ``@restW`` for ``predictor.zero_variance_rest``."""
     alloc, pred = config.get("allocation", {}), config.get("predictor", {})
     label = str(alloc.get("strategy", "?"))
     if group_sizes_differ and label in GROUP_SIZE_STRATEGIES:
@@ -117,6 +117,8 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
             label += f"@{mark}"
     if (pred.get("reference") or {}).get("enabled"):
         label += "@reference"
+    if pred.get("zero_variance_rest"):
+        label += f"@rest{pred['zero_variance_rest']}"
     return label
 
 

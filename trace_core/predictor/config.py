@@ -236,6 +236,12 @@ class PredictorConfig(BaseModel):
         "(rates); or the predictions, except that a candidate whose oracle episodes all failed is set to 0 (zeros: "
         "it knows only which prompts are out of reach now), or all failed or all succeeded to 0 or 1 (extremes: "
         "which prompts would teach nothing now). Prefixes, with oracle_stages both, always get the rates.")
+    zero_variance_rest: int = Field(
+        0, ge=0, le=1000,
+        description="Steps a prompt rests after a raw group whose episodes all failed or all succeeded: while its last "
+        "raw group within this many steps was one, the root plan is told 0 or 1 for it (what the oracle's extremes "
+        "know, read from the prompt's own last visit instead of fresh episodes; GRESO's skip, made deterministic). "
+        "0 = off.")
     encoder_path: str | None = Field(
         None, description="hf_encoder only: local path of a Hugging Face encoder (never downloaded)."
     )

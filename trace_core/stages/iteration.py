@@ -51,6 +51,7 @@ from trace_core.stages.records import (
     reverify,
 )
 from trace_core.stages.reference import reference_scores, with_reference_scores
+from trace_core.stages.rest import last_raw_rates, rest_zero_variance
 from trace_core.stages.results import (
     Evaluation,
     Extensions,
@@ -65,12 +66,7 @@ from trace_core.stages.root_values import planned_v, root_concentration, root_va
 from trace_core.stages.run import RunRef, bounded_seed, iteration_seed, torch_seeded
 from trace_core.stages.spending import previous_continuations, spent_tokens
 from trace_core.stages.update import update_policy as update_policy  # (7), in its own module
-from trace_core.stages.versions import (
-    checkpoint_version,
-    outcome_version,
-    rollout_version,
-    stamp_version,
-)
+from trace_core.stages.versions import checkpoint_version, outcome_version, rollout_version, stamp_version
 from trace_core.utility import prefix_utility
 
 
@@ -176,6 +172,10 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
                                  "runtime")
             sampled, oracle_tokens = oracle_root_values(ref, cfg, iteration, checkpoint, tasks, runtime)
             v = _clip(oracle_blend(v, sampled, cfg.predictor.oracle_knows), cfg)
+    if cfg.predictor.zero_variance_rest:
+        last = last_raw_rates(ref, iteration, cfg.predictor.zero_variance_rest,
+                              max_version=rollout_version(iteration, cfg.run.max_staleness))
+        v = _clip(rest_zero_variance(v, [t.prompt_id for t in tasks], last), cfg)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
     budget = cfg.allocation.budget_total
     if cfg.allocation.budget_tokens is not None:

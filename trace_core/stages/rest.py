@@ -1,0 +1,41 @@
+"""Rest after zero variance (``predictor.zero_variance_rest``): a prompt whose last raw group, within
+a window of steps, failed or succeeded every episode is planned at 0 or 1, so the root plan leaves
+it out until the window passes.
+
+What the oracle bound's ``extremes`` know (``stages.oracle``), read from the prompt's own last visit
+instead of fresh episodes: GRESO's skip of zero-variance prompts, made deterministic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from trace_core.home.layout import shard_path
+from trace_core.home.shards import read_shard
+from trace_core.nodes import nodes_frame
+from trace_core.stages.run import RunRef
+
+
+def last_raw_rates(ref: RunRef, iteration: int, window: int, max_version: int | None = None) -> dict[str, float]:
+    """Each prompt's success rate in its last raw group of the ``window`` iterations before
+    ``iteration`` (outcomes of policy versions ``<= max_version`` only, as ``history_nodes``)."""
+    frames = [read_shard(p).filter(pl.col("is_leaf") & (pl.col("origin") == "raw"))
+              for i in range(max(0, iteration - window), iteration)
+              if (p := shard_path(ref.home, "nodes", ref.run_id, "final", i)).is_file()]
+    leaves = pl.concat(frames, how="vertical_relaxed") if frames else nodes_frame([])
+    if max_version is not None:
+        leaves = leaves.filter(pl.col("policy_version").fill_null(0) <= max_version)
+    if not leaves.height:
+        return {}
+    groups = (leaves.group_by("prompt_id", "iteration").agg((pl.col("reward") > 0.5).mean().alias("rate"))
+              .sort("iteration").group_by("prompt_id").agg(pl.col("rate").last()))
+    return dict(zip(groups["prompt_id"].to_list(), groups["rate"].to_list(), strict=True))
+
+
+def rest_zero_variance(v: np.ndarray, prompt_ids: list[str], last: dict[str, float]) -> np.ndarray:
+    """``v`` with each prompt whose last raw group (``last_raw_rates``) all failed set to 0 and
+    all succeeded set to 1 (``predictor.zero_variance_rest``): the plan leaves it out."""
+    rate = np.array([last.get(p, np.nan) for p in prompt_ids], dtype=float)
+    out = np.where(rate == 0.0, 0.0, np.asarray(v, dtype=float))
+    return np.where(rate == 1.0, 1.0, out)
