@@ -14,6 +14,7 @@ import polars as pl
 from trace_core.home.layout import shard_path
 from trace_core.home.shards import read_shard
 from trace_core.nodes import nodes_frame
+from trace_core.stages.oracle import oracle_blend
 from trace_core.stages.run import RunRef
 
 
@@ -36,6 +37,5 @@ def last_raw_rates(ref: RunRef, iteration: int, window: int, max_version: int | 
 def rest_zero_variance(v: np.ndarray, prompt_ids: list[str], last: dict[str, float]) -> np.ndarray:
     """``v`` with each prompt whose last raw group (``last_raw_rates``) all failed set to 0 and
     all succeeded set to 1 (``predictor.zero_variance_rest``): the plan leaves it out."""
-    rate = np.array([last.get(p, np.nan) for p in prompt_ids], dtype=float)
-    out = np.where(rate == 0.0, 0.0, np.asarray(v, dtype=float))
-    return np.where(rate == 1.0, 1.0, out)
+    rate = np.array([last.get(p, np.nan) for p in prompt_ids], dtype=float)  # NaN: no record, v kept
+    return oracle_blend(v, rate, "extremes")
