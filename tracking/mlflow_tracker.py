@@ -172,11 +172,14 @@ class Tracker:
                    "config": str(Path(config_path).resolve()), "registered_model_name": registered_model_name,
                    "run": self.run_id, "source": source})
 
-    def log_traces(self, nodes: str | Path, *, cap: int, seed: int) -> None:
+    def log_traces(self, nodes: str | Path, *, cap: int, seed: int, step: int | None = None) -> None:
         """Up to ``cap`` trajectories of the node shard ``nodes`` as MLflow traces of this run
-        (``tracking.traces``; the shard must still exist when the record is sent)."""
+        (``tracking.traces``; the shard must still exist when the record is sent). With ``step``,
+        the record counts as that step of the group ``"traces"`` once journaled (``logged_step``):
+        the journal sends it whatever stops the process, so nobody waits for MLflow to say so."""
         if cap > 0:
-            self._put({"op": "traces", "nodes": str(Path(nodes).resolve()), "cap": int(cap), "seed": int(seed)})
+            op = {"op": "traces", "nodes": str(Path(nodes).resolve()), "cap": int(cap), "seed": int(seed)}
+            self._put(op if step is None else {**op, "group": "traces", "step": int(step)})
 
     @property
     def mlflow_run_id(self) -> str | None:

@@ -125,15 +125,15 @@ class RunTracker:
         self.log_traces(i, results.verified.nodes)
 
     def log_traces(self, i: int, nodes: str) -> None:
-        """A sample of iteration ``i``'s trajectories as MLflow traces, once per iteration (a
-        resumed run skips the iterations whose traces were sent)."""
-        marker = self.tracker.run_dir / "tracked_step.traces"
-        done = int(marker.read_text()) if marker.is_file() else -1
-        if i <= done or not self.cfg.tracking.trace_samples:
+        """A sample of iteration ``i``'s trajectories as MLflow traces, once per iteration: a
+        resumed run skips the iterations whose traces record any session journaled (the journal
+        sends it, during an outage too, without the iteration waiting on MLflow);
+        ``runs/<id>/tracked_step.traces`` of older versions counts too."""
+        done = max(read_int(self.tracker.run_dir / "tracked_step.traces"), self.tracker.logged_step("traces"))
+        if i <= done or not self.cfg.tracking.trace_samples or not self.tracker.config.enabled:
             return
-        self.tracker.log_traces(nodes, cap=self.cfg.tracking.trace_samples, seed=self.cfg.run.seed * 100_003 + i)
-        if self.tracker.flush(timeout=60.0):
-            marker.write_text(str(i))
+        self.tracker.log_traces(nodes, cap=self.cfg.tracking.trace_samples, seed=self.cfg.run.seed * 100_003 + i,
+                                step=i)
 
     def log_evaluation(self, accuracy: Evaluation, trained: int) -> None:
         """A held-out evaluation of the policy after ``trained`` iterations, at step ``trained``

@@ -59,3 +59,33 @@ def test_traces_land_in_the_run_with_reward_assessments(tmp_path, template_db):
         assert len(turns) == {"a3": 1, "a4": 1}.get(traj, 2), (traj, tid)
         feedback = [a for a in t.info.assessments if a.name == "reward"]
         assert len(feedback) == 1 and feedback[0].value == {"a3": 1.0, "a4": 1.0, "f1": 1.0}.get(traj, 0.0)
+
+
+def test_traces_during_an_outage_neither_wait_nor_double(tmp_path, template_db):
+    """An iteration's traces record with a tracking server down: the call returns at once, the
+    step counts as logged once journaled, and the next session sends it exactly once."""
+    import socket
+    import time
+
+    from mlflow import MlflowClient
+
+    from tracking import Tracker, TrackingConfig
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    home = build_fixture_store(tmp_path / "home")
+    nodes = _iteration_nodes(home)
+    fast = dict(retry_initial_s=0.05, retry_max_s=0.2)
+    down = Tracker(tmp_path, "r1", config=TrackingConfig(tracking_uri=f"http://127.0.0.1:{closed}", **fast))
+    t0 = time.perf_counter()
+    down.log_traces(nodes, cap=3, seed=0, step=1)
+    assert time.perf_counter() - t0 < 0.5 and down.logged_step("traces") == 1
+    assert not down.finish(timeout=1.0)  # still down: the record stays in the journal
+
+    shutil.copy(template_db, tmp_path / "mlflow.db")  # the backend is back (here: the local store)
+    up = Tracker(tmp_path, "r1", config=TrackingConfig(**fast))
+    assert up.logged_step("traces") == 1  # a resumed run does not log iteration 1's traces again
+    assert up.finish(timeout=120)
+    exp = MlflowClient(up.tracking_uri).get_run(up.mlflow_run_id).info.experiment_id
+    assert len(MlflowClient(up.tracking_uri).search_traces(locations=[exp], run_id=up.mlflow_run_id)) == 3
