@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (TINY_WARM_DIR / "config.
 def test_chaos_over_a_pipelined_run_leaves_the_uninterrupted_node_table(tmp_path):
     cmd = [sys.executable, str(ROOT / "scripts" / "chaos.py"), "--iterations", "2", "--faults", "3", "--cycle",
            "--kinds", "kill9,sigterm,outage", "--seed", "3", "--out", str(tmp_path),
-           "--set", "run.eval_tasks=4"]
+           "--set", "run.eval_tasks=4", "--set", "tracking.finish_timeout_s=5"]  # the outage's end: 5 s, not 30
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "= reference" in r.stdout and "each once" in r.stdout, r.stdout
