@@ -288,3 +288,33 @@ def test_uniform_strategies_ignore_stratify():
         a = plan_roots(v, cfg, np.random.default_rng(1), strata=fam.tolist())
         b = plan_roots(v, cfg.model_copy(update={"stratify": "task"}), np.random.default_rng(1), strata=fam.tolist())
         assert a.m.tolist() == b.m.tolist()
+
+
+@pytest.mark.parametrize("stratify", ["none", "task"])
+def test_trace_refill_buys_the_zero_variance_trajectories_again_where_the_root_rule_values_them(stratify):
+    """``trace.refill``: the second wave gains exactly the zero-variance groups' trajectories, paid on
+    top of B, on candidates not yet sampled, and the doubtful ones before the sure ones (dapo takes
+    the stream's next); off (the default), the plan is the one without it."""
+    from trace_core.allocation.planner import plan_prefixes, plan_roots
+
+    rng = np.random.default_rng(5)
+    v, fam = _skewed_pool(rng)
+    strata = None if stratify == "none" else fam.tolist()
+    off = alloc("trace", budget_total=60, max_per_prompt=4, **({} if stratify == "none" else {"stratify": stratify}))
+    on = with_knobs(off, refill=True)
+    roots = plan_roots(v, off, np.random.default_rng(1), strata=strata)
+    owner = np.repeat(np.arange(len(v)), roots.m)
+    r = (np.random.default_rng(2).random(owner.size) < v[owner]).astype(float)
+    args = (roots, v, np.where(r > 0.5, 0.7, 0.3), r, np.ones(owner.size), np.ones(owner.size), int(roots.m.sum()))
+    kw = dict(strata=strata, prefix_strata=None if strata is None else fam[owner].tolist(),
+              zero_variance_groups=3, zero_variance_trajectories=12)
+    base = plan_prefixes(*args, off, np.random.default_rng(3), **kw)
+    more = plan_prefixes(*args, on, np.random.default_rng(3), **kw)
+    extra = more.second_wave - base.second_wave
+    assert extra.sum() == 12 and (extra >= 0).all()
+    assert more.k.tolist() == base.k.tolist() and more.budget == base.budget  # B's plan is unchanged
+    picked = np.flatnonzero(extra)
+    assert not ((roots.m > 0) | (base.second_wave > 0))[picked].any()  # only prompts not yet sampled
+    assert (np.abs(v[picked] - 0.5) < 0.1).all()  # the doubtful ones (qa), not the sure ones
+    none = plan_prefixes(*args, on, np.random.default_rng(3), **{**kw, "zero_variance_trajectories": 0})
+    assert none.second_wave.tolist() == base.second_wave.tolist()

@@ -149,6 +149,11 @@ class TreepoKnobs(_Extensions, _RandomBranching):
 class TraceKnobs(_ExactRoots, _Extensions, _ExactPrefixes, _OnePrice):
     """trace: exact root and prefix allocation at one price, a second root wave with what is left."""
 
+    refill: bool = Field(
+        False, description="Dynamic sampling, chosen: the trajectories of the zero-variance raw groups are "
+        "bought again in the second wave (paid on top of the budget, as dapo's refill), spent by the root "
+        "rule on the candidates not yet sampled instead of the stream's next prompts.")
+
 
 class TraceRootKnobs(_ExactRoots, _Extensions, _RandomBranching):
     """trace-root (ablation): exact root allocation, random branching at prefixes."""

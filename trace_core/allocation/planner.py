@@ -205,14 +205,15 @@ def plan_roots(v_root: np.ndarray, cfg: AllocationConfig, rng: np.random.Generat
 
 def plan_prefixes(roots: RootPlan, v_root: np.ndarray, v_prefix: np.ndarray, r: np.ndarray, depth: np.ndarray,
                   remaining_turns: np.ndarray, raw_trajectories: int, cfg: AllocationConfig,
-                  rng: np.random.Generator, *, zero_variance_groups: int = 0,
+                  rng: np.random.Generator, *, zero_variance_groups: int = 0, zero_variance_trajectories: int = 0,
                   strategy: Strategy | None = None, strata=None, prefix_strata=None,
                   concentration=None) -> PrefixPlan:
     """Continuations per open prefix (``v_prefix``, ``r``, ``depth``, ``remaining_turns``: (P,)) and
     the second root wave, with the ``B − raw_trajectories`` the raw rollouts left.
 
     ``zero_variance_groups``: raw root groups whose rewards all agree; a dynamic-sampling strategy
-    (dapo) refills them with as many fresh groups in the second wave, paid on top of ``B``.
+    (dapo) refills them with as many fresh groups in the second wave, paid on top of ``B``;
+    ``trace.refill`` buys their ``zero_variance_trajectories`` again by the root rule.
     ``strata`` (C,) / ``prefix_strata`` (P,): the labels of ``plan_roots``; each stratum spends its
     share of ``B`` less its raw rollouts, at its own roots' price. ``concentration``: as in
     ``plan_roots`` (the second wave values prompts as the first did)."""
@@ -222,8 +223,8 @@ def plan_prefixes(roots: RootPlan, v_root: np.ndarray, v_prefix: np.ndarray, r: 
     if groups is not None:
         plan = _plan_prefixes_by_stratum(groups, roots, np.asarray(v_root, dtype=np.float64), v_prefix, r, depth,
                                          remaining_turns, raw_trajectories, cfg, rng, strat, prefix_strata, conc)
-        refill = np.asarray(strat.refill(len(v_root), (roots.m > 0) | (plan.second_wave > 0), zero_variance_groups,
-                                         cfg), dtype=np.int64)
+        refill = np.asarray(strat.refill(v_root, (roots.m > 0) | (plan.second_wave > 0), zero_variance_groups, cfg,
+                                         zero_variance_trajectories, concentration=conc), dtype=np.int64)
         return PrefixPlan(k=plan.k, second_wave=plan.second_wave + refill, budget=plan.budget, priced=plan.priced)
     budget = max(cfg.budget_total - int(raw_trajectories), 0)
     k = np.asarray(strat.allocate_prefixes(v_prefix, r, depth, remaining_turns, budget, cfg, rng,
@@ -233,7 +234,8 @@ def plan_prefixes(roots: RootPlan, v_root: np.ndarray, v_prefix: np.ndarray, r: 
     m2, extra = strat.spend_leftover(np.asarray(v_root), taken, v_prefix, r, k, budget - priced, cfg,
                                      concentration=conc)
     m2 = np.asarray(m2, dtype=np.int64)
-    m2 = m2 + np.asarray(strat.refill(len(v_root), taken | (m2 > 0), zero_variance_groups, cfg), dtype=np.int64)
+    m2 = m2 + np.asarray(strat.refill(np.asarray(v_root), taken | (m2 > 0), zero_variance_groups, cfg,
+                                      zero_variance_trajectories, concentration=conc), dtype=np.int64)
     return PrefixPlan(k=k + np.asarray(extra, dtype=np.int64), second_wave=m2, budget=budget, priced=priced)
 
 

@@ -23,6 +23,9 @@ pcl              ``n`` each to the candidates with      none
                  predicted v closest to 0.5
 treepo           uniform (as grpo) on the root budget   random prefixes, ``branch`` each
 trace            exact TRACE root allocation            exact TRACE prefix allocation
+                 (``trace.refill``: the zero-variance
+                 groups' trajectories bought again by
+                 the root rule, paid on top)
 trace-root       exact TRACE root allocation            random (as treepo): root stage ablation
 trace-prefix     uniform (as treepo)                    exact TRACE prefix allocation
 ===============  =====================================  =====================================
@@ -49,7 +52,8 @@ Signatures (``Strategy``)::
 
 ``concentration`` (C,): the pseudo-trajectories behind each ``v_pred`` (the predictor's posterior);
 the exact-root strategies value prompts under it when their ``root_posterior`` knob is on.
-    refill(C, taken (C,) bool, zero_variance_groups, cfg) -> (C,) int   # dynamic sampling's second wave
+    refill(v_pred (C,), taken (C,) bool, zero_variance_groups, cfg, zero_variance_trajectories=0,
+           concentration=None) -> (C,) int               # dynamic sampling's second wave
 """
 
 from __future__ import annotations
@@ -234,9 +238,11 @@ class Strategy:
         """What the prefix stage left (one price only): (second-wave m per candidate, extra K per prefix)."""
         return np.zeros(len(v_root), dtype=np.int64), np.zeros(len(v_prefix), dtype=np.int64)
 
-    def refill(self, n_candidates: int, taken, zero_variance_groups: int, cfg: AllocationConfig) -> np.ndarray:
-        """Second-wave m per candidate that replaces zero-variance raw groups (dynamic sampling only)."""
-        return np.zeros(n_candidates, dtype=np.int64)
+    def refill(self, v_root, taken, zero_variance_groups: int, cfg: AllocationConfig,
+               zero_variance_trajectories: int = 0, concentration=None) -> np.ndarray:
+        """Second-wave m per candidate that replaces zero-variance raw groups (dynamic sampling only):
+        ``zero_variance_groups`` groups holding ``zero_variance_trajectories`` trajectories."""
+        return np.zeros(len(v_root), dtype=np.int64)
 
 
 class _RandomBranching(Strategy):
@@ -280,8 +286,8 @@ class Dapo(Strategy):
 
     drop_zero_variance = True
 
-    def refill(self, n_candidates, taken, zero_variance_groups, cfg):
-        m = np.zeros(n_candidates, dtype=np.int64)
+    def refill(self, v_root, taken, zero_variance_groups, cfg, zero_variance_trajectories=0, concentration=None):
+        m = np.zeros(len(v_root), dtype=np.int64)
         if not cfg.knobs(self.name).refill or zero_variance_groups <= 0:
             return m
         free = np.flatnonzero(~np.asarray(taken, dtype=bool))[:zero_variance_groups]  # the stream order
@@ -344,6 +350,25 @@ class Trace(_TracePrefix):
         if len(tables) > 1:
             extra[:] = x[free.size:]
         return m2, extra
+
+    def refill(self, v_root, taken, zero_variance_groups, cfg, zero_variance_trajectories=0, concentration=None):
+        """``trace.refill``: buy the zero-variance groups' trajectories again, paid on top of B, where
+        the root rule values them most among the candidates not yet sampled (dapo takes the stream's
+        next ones)."""
+        m = np.zeros(len(v_root), dtype=np.int64)
+        kn = cfg.knobs(self.name)
+        if not kn.refill or zero_variance_trajectories < 1:
+            return m
+        free = np.flatnonzero(~np.asarray(taken, dtype=bool))
+        if free.size == 0:
+            return m
+        conc = _posterior(kn, concentration)
+        table = root_objective_table(np.asarray(v_root, dtype=np.float64)[free], kn.max_per_prompt,
+                                     kn.root_objective,
+                                     None if conc is None else np.broadcast_to(conc, np.shape(v_root))[free])
+        table[:, 1:kn.min_active] = -np.inf
+        m[free] = solve_table(table.T, int(zero_variance_trajectories))
+        return m
 
 
 @register_strategy("trace-root")

@@ -147,9 +147,9 @@ def run_iteration(cfg: SimulateConfig, alloc: AllocationConfig, strategy: str, p
     v_true = paths[traj, depth]
     v_pred = _noisy(v_true, cfg.prefix_noise, rng)
     wins = np.bincount(prompt, weights=reward, minlength=p0.shape[0])
-    zero_var = int(((m > 0) & ((wins == 0) | (wins == m))).sum())  # all-fail / all-success root groups
+    flat = (m > 0) & ((wins == 0) | (wins == m))  # all-fail / all-success root groups
     plan = plan_prefixes(roots, v_root, v_pred, reward[traj], depth, T - depth, R, alloc, rng,
-                         zero_variance_groups=zero_var)
+                         zero_variance_groups=int(flat.sum()), zero_variance_trajectories=int(m[flat].sum()))
     k, m2 = plan.k, plan.second_wave
     node = np.repeat(np.arange(traj.shape[0]), k)
     n_ext = node.shape[0]

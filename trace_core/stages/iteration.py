@@ -248,13 +248,15 @@ def _root_plan(cfg: TrainConfig, roots: RootAllocation, prompts: pl.DataFrame) -
                     reserve=_allocation(cfg, roots).budget_total - roots.root_budget, price=roots.threshold)
 
 
-def _zero_variance_groups(nodes: pl.DataFrame) -> int:
-    """Root groups of the raw rollouts whose rewards are all equal (what dynamic sampling replaces)."""
+def _zero_variance_groups(nodes: pl.DataFrame) -> tuple[int, int]:
+    """Root groups of the raw rollouts whose rewards are all equal (what dynamic sampling replaces):
+    (groups, the trajectories in them)."""
     leaves = nodes.filter(pl.col("is_leaf"))
     if leaves.height == 0:
-        return 0
-    g = leaves.group_by("prompt_id").agg(pl.col("reward").min().alias("lo"), pl.col("reward").max().alias("hi"))
-    return int((g["lo"] == g["hi"]).sum())
+        return 0, 0
+    g = leaves.group_by("prompt_id").agg(pl.col("reward").min().alias("lo"), pl.col("reward").max().alias("hi"),
+                                         pl.len().alias("n")).filter(pl.col("lo") == pl.col("hi"))
+    return g.height, int(g["n"].sum())
 
 
 def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
@@ -278,10 +280,11 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     prompts = read_shard(roots.prompts)
     conc = stored_concentration(prompts)
     v_root = planned_v(cfg, iteration, prompts["v_pred"].to_numpy(), conc)
+    zv_groups, zv_trajectories = _zero_variance_groups(nodes)
     plan = plan_prefixes(_root_plan(cfg, roots, prompts), v_root, v, r, depth,
                          np.maximum(cfg.env.max_turns - depth, 1), raw.trajectories, _allocation(cfg, roots),
                          np.random.default_rng(iteration_seed(cfg, iteration, "prefixes")),
-                         zero_variance_groups=_zero_variance_groups(nodes),
+                         zero_variance_groups=zv_groups, zero_variance_trajectories=zv_trajectories,
                          strata=stratum_labels(cfg.allocation.stratify, prompts["task"].to_list(),
                                                prompts["difficulty"].to_list()),
                          prefix_strata=stratum_labels(cfg.allocation.stratify, cands["task"].to_list(),
