@@ -86,3 +86,17 @@ def test_the_reference_term_is_a_row_of_its_own():
     assert v.label == "trace@thompson@reference" and cfg.predictor.reference.enabled and not base.predictor.reference.enabled
     assert run_label(cfg.model_dump()) == "trace@thompson@reference"
     assert child_run_id("cmp", "trace@reference", 1) == "cmp-trace-reference-s1"
+
+
+def test_trace_refill_is_a_row_of_its_own():
+    from trace_core.allocation.strategies import run_label
+
+    base = TrainConfig.model_validate({"allocation": {"strategy": "trace"}})
+    v = parse_variant("trace@refill", strategy_names())
+    cfg = v.apply(base)
+    assert v.label == "trace@refill" and cfg.allocation.trace.refill is True and not base.allocation.knobs("trace").refill
+    assert run_label(cfg.model_dump()) == "trace@refill" and child_run_id("cmp", v.label, 1) == "cmp-trace-refill-s1"
+    dapo = parse_variant("dapo", strategy_names()).apply(base)
+    assert run_label(dapo.model_dump()) == "dapo"  # dapo refills by default: no mark
+    with pytest.raises(ValueError, match="only trace"):
+        parse_variant("dapo@refill", strategy_names())

@@ -104,7 +104,8 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
     its strategy, ``@N`` for a uniform strategy's group size when ``group_sizes_differ``, and
     ``@oracleK`` / ``@rootoracleK`` for the oracle bound, ``@staleS`` for a pipelined run and
     ``@posterior`` / ``@thompson`` for the root values' knobs and ``@reference`` for the roots'
-    reference term (``compare``'s variant names), ``@restW`` for ``predictor.zero_variance_rest``."""
+    reference term (``compare``'s variant names), ``@restW`` for ``predictor.zero_variance_rest``,
+    ``@refill`` for ``trace.refill``."""
     alloc, pred = config.get("allocation", {}), config.get("predictor", {})
     label = str(alloc.get("strategy", "?"))
     if group_sizes_differ and label in GROUP_SIZE_STRATEGIES:
@@ -123,6 +124,8 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
         label += "@reference"
     if pred.get("zero_variance_rest"):
         label += f"@rest{pred['zero_variance_rest']}"
+    if alloc.get("strategy") == "trace" and knobs.get("refill"):
+        label += "@refill"
     return label
 
 
