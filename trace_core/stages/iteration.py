@@ -249,14 +249,10 @@ def _root_plan(cfg: TrainConfig, roots: RootAllocation, prompts: pl.DataFrame) -
 
 
 def _zero_variance_groups(nodes: pl.DataFrame) -> tuple[int, int]:
-    """Root groups of the raw rollouts whose rewards are all equal (what dynamic sampling replaces):
-    (groups, the trajectories in them)."""
-    leaves = nodes.filter(pl.col("is_leaf"))
-    if leaves.height == 0:
-        return 0, 0
-    g = leaves.group_by("prompt_id").agg(pl.col("reward").min().alias("lo"), pl.col("reward").max().alias("hi"),
-                                         pl.len().alias("n")).filter(pl.col("lo") == pl.col("hi"))
-    return g.height, int(g["n"].sum())
+    """Raw root groups whose rewards all agree (what dynamic sampling replaces): (groups, their trajectories)."""
+    g = nodes.filter(pl.col("is_leaf")).group_by("prompt_id").agg(
+        pl.col("reward").min().alias("lo"), pl.col("reward").max().alias("hi"), pl.len().alias("n"))
+    return (g := g.filter(pl.col("lo") == pl.col("hi"))).height, int(g["n"].sum())
 
 
 def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
