@@ -235,3 +235,45 @@ def test_reference_scores_need_the_synchronous_flow():
 
     with pytest.raises(ConfigError, match="max_staleness"):
         load_train_config(CONFIGS / "small-ci.yaml", SETS + ["predictor.reference.enabled=true", "run.max_staleness=1"])
+
+
+def test_history_shift_weights_a_prompts_record_by_the_rollouts_policy(one_iteration, runtime):
+    """predictor.history_shift on iteration 0's real rollouts: under the weights that sampled them the
+    importance weights are 1 (the stored behaviour log-probs are the policy's), so no record moves;
+    under the updated weights they differ, and a record holding both outcomes gets a finite shift,
+    one outcome 0, an unseen prompt none. Before the slope has rows, predictions are unchanged."""
+    import numpy as np
+
+    from trace_core.policy.update import build_sequences
+    from trace_core.stages.history import history_nodes
+    from trace_core.stages.history_shift import log_weights, recent_raw, shift_features
+
+    cfg, ref, res = one_iteration
+    hcfg = cfg.predictor.history_shift.model_copy(update={"enabled": True})
+    history = history_nodes(ref, 1)
+    tasks = it.tasks_by_id(cfg, 0)
+    leaves = history.filter(pl.col("is_leaf") & (pl.col("origin") == "raw"))
+    rates = leaves.group_by("prompt_id").agg((pl.col("reward") > 0.5).mean().alias("rate"))
+    ids = rates["prompt_id"].to_list() + ["never-sampled"]
+    messages = {p: runtime.envs[tasks[p].family].reset(tasks[p]).messages() for p in ids[:-1]}
+    nodes = recent_raw(history, ids[:-1], hcfg.max_trajectories)
+    assert nodes.height, "small-ci's first iteration has records with both outcomes"
+    before = runtime.live.get(initial_checkpoint(cfg), fresh=True)  # the fixture's update trained the held one
+    seqs = build_sequences(nodes, before.chat, messages, skip_zero_advantage=False)
+    same = log_weights(before.model, seqs, before.tokenizer.pad_token_id, cfg.sampling.temperature)
+    assert np.abs(same).max() < 1e-2, "the behaviour policy's own weights are 1"
+    after = runtime.live.get(res.update.checkpoint)
+    moved = log_weights(after.model, seqs, after.tokenizer.pad_token_id, cfg.sampling.temperature)
+    assert np.abs(moved).max() > 1e-2, "an update moves the weights"
+    d = shift_features(after, history, ids, messages, hcfg, cfg.sampling.temperature)
+    mixed = ((rates["rate"] > 0) & (rates["rate"] < 1)).to_numpy()
+    assert np.isnan(d[-1]) and (d[:-1][~mixed] == 0).all()
+    assert np.isfinite(d[:-1][mixed]).all() and (d[:-1][mixed] != 0).any()
+    assert np.abs(d[:-1]).max() <= hcfg.max_shift
+    scfg = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(update={"history_shift": hcfg})})
+    pred = it.refresh_predictor(ref, scfg, 1)
+    on = pl.read_parquet(it.allocate_roots(ref, scfg, 1, pred, res.update.checkpoint, runtime).prompts)
+    recorded = on["prompt_id"].is_in(leaves["prompt_id"].implode())
+    assert on.filter(recorded)["is_shift"].null_count() == 0, "a candidate with a record is scored"
+    assert on.filter(~recorded)["is_shift"].null_count() == on.filter(~recorded).height
+    assert on["v_pred"].to_list() == on["v_unshifted"].to_list(), "no slope before min_rows outcomes"

@@ -120,6 +120,9 @@ class TrainConfig(BaseModel):
         if self.predictor.reference.enabled and self.run.max_staleness > 0:
             raise ValueError("predictor.reference.enabled scores demonstrations with the flow's policy, which a "
                              "pipelined run (run.max_staleness > 0) keeps for the update: set one of them off")
+        if self.predictor.history_shift.enabled and self.run.max_staleness > 0:
+            raise ValueError("predictor.history_shift.enabled scores earlier trajectories with the flow's policy, "
+                             "which a pipelined run (run.max_staleness > 0) keeps for the update: set one of them off")
         return self
 
 

@@ -40,6 +40,8 @@ PROMPT_SCHEMA: dict[str, pl.DataType] = {
     "utility": pl.Float32,  # V_root(v_pred, m_alloc); its posterior expectation with root_posterior
     "v_concentration": pl.Float32,  # pseudo-trajectories behind v_pred (prior strength + own record; null: none)
     "ref_score": pl.Float32,  # the demonstration's within-cell log-prob rank in [-0.5, 0.5] (null: not scored)
+    "is_shift": pl.Float32,  # the record's importance-weighted minus plain rate, in logits (null: not scored)
+    "v_unshifted": pl.Float32,  # v_pred before the history shift moved it (= v_pred with the shift off)
     "n_success": pl.Int32,  # raw rollouts that succeeded (null when skipped)
     "n_total": pl.Int32,  # raw rollouts generated
     "policy_version": pl.Int32,  # the weights whose rollouts this allocation bought

@@ -155,6 +155,34 @@ class ReferenceConfig(BaseModel):
     )
 
 
+class HistoryShiftConfig(BaseModel):
+    """A root's record re-weighted to the current policy (``predictor.history_shift``): the rewards
+    of a prompt's earlier raw trajectories, importance-weighted by ``π_now / π_then``, move its
+    prediction by a learnt slope (``stages.history_shift``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        False,
+        description="At stage 2, score each candidate's last raw trajectories under the checkpoint the rollouts use "
+        "(one forward pass each, no sampling) against their stored behaviour log-probs; where the record holds "
+        "both outcomes, the self-normalised importance-weighted success rate minus the plain one (in logits, "
+        "prompts.is_shift) moves the prediction by a slope fitted on the run's earlier outcomes. Needs "
+        "run.max_staleness = 0 (the flow's policy is the rollouts' checkpoint).",
+    )
+    alpha: float = Field(
+        0.5, gt=0.0, le=1.0,
+        description="Tempering of the sequence weights, w**alpha (1: plain importance weights; smaller: less "
+        "variance, more bias toward the plain record).")
+    max_trajectories: int = Field(
+        8, ge=2, le=256, description="A prompt's most recent raw trajectories scored (bounds the forward passes).")
+    l2: float = Field(10.0, ge=0.0, le=1e6, description="L2 pull of the slope toward 0 (no shift).")
+    min_rows: int = Field(
+        30, ge=2, le=1_000_000,
+        description="Sampled roots with a shift and an outcome the slope needs before it moves predictions.")
+    max_shift: float = Field(3.0, gt=0.0, le=20.0, description="Bound of the shift's feature, in logits.")
+
+
 class CalibrationConfig(BaseModel):
     """Two stages, each per node kind (root / prefix) and only where there is enough data."""
 
@@ -222,6 +250,9 @@ class PredictorConfig(BaseModel):
     flip: FlipConfig = Field(default_factory=FlipConfig, description="Continuation flip model.")
     reference: ReferenceConfig = Field(
         default_factory=ReferenceConfig, description="The roots' reference term (demonstration log-probability).")
+    history_shift: HistoryShiftConfig = Field(
+        default_factory=HistoryShiftConfig,
+        description="The roots' record re-weighted to the current policy (importance weights of earlier trajectories).")
     oracle_samples: int = Field(
         0, ge=0, le=64,
         description="Diagnostic oracle bound: the planner gets success rates sampled under the current policy "

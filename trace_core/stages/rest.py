@@ -11,9 +11,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from trace_core.home.layout import shard_path
-from trace_core.home.shards import read_shard
-from trace_core.nodes import nodes_frame
+from trace_core.stages.history import history_nodes
 from trace_core.stages.oracle import oracle_blend
 from trace_core.stages.run import RunRef
 
@@ -21,12 +19,8 @@ from trace_core.stages.run import RunRef
 def last_raw_rates(ref: RunRef, iteration: int, window: int, max_version: int | None = None) -> dict[str, float]:
     """Each prompt's success rate in its last raw group of the ``window`` iterations before
     ``iteration`` (outcomes of policy versions ``<= max_version`` only, as ``history_nodes``)."""
-    frames = [read_shard(p).filter(pl.col("is_leaf") & (pl.col("origin") == "raw"))
-              for i in range(max(0, iteration - window), iteration)
-              if (p := shard_path(ref.home, "nodes", ref.run_id, "final", i)).is_file()]
-    leaves = pl.concat(frames, how="vertical_relaxed") if frames else nodes_frame([])
-    if max_version is not None:
-        leaves = leaves.filter(pl.col("policy_version").fill_null(0) <= max_version)
+    leaves = history_nodes(ref, iteration, max_version, since=iteration - window)
+    leaves = leaves.filter(pl.col("is_leaf") & (pl.col("origin") == "raw"))
     if not leaves.height:
         return {}
     groups = (leaves.group_by("prompt_id", "iteration").agg((pl.col("reward") > 0.5).mean().alias("rate"))
