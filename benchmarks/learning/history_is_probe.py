@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import torch
 from scipy.stats import spearmanr
 
 from trace_core.config import load_train_config
-from trace_core.policy.update import build_sequences, collate, token_logprobs
+from trace_core.policy.update import build_sequences
 from trace_core.runtime import Runtime
+from trace_core.stages.history_shift import log_weights
 from trace_core.stages.prompt_pools import training_set
 
 
@@ -36,21 +36,6 @@ def load_nodes(home: Path, run_id: str) -> pl.DataFrame:
         raise SystemExit(f"no node shards under {home}/shards/nodes/run_id={run_id}")
     return pl.concat([pl.read_parquet(f).with_columns(pl.lit(int(f.parent.name.split("=")[1])).alias("iteration"))
                       for f in files], how="diagonal_relaxed")
-
-
-@torch.no_grad()
-def log_ratios(model, seqs, pad_id: int, temperature: float, batch: int = 64) -> np.ndarray:
-    """(n,) Σ over each trajectory's action tokens of log π_model − log π_behaviour."""
-    out = np.zeros(len(seqs))
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i].input_ids))
-    device = next(model.parameters()).device
-    model.eval()
-    for s in range(0, len(order), batch):
-        rows = order[s:s + batch]
-        b = collate([seqs[i] for i in rows], pad_id, device)
-        lp = token_logprobs(model, b, temperature)
-        out[rows] = ((lp - b["old_logprobs"]) * b["loss_mask"]).sum(1).cpu().numpy()
-    return out
 
 
 def estimates(rewards: np.ndarray, logw: np.ndarray, ages: np.ndarray, alpha: float) -> dict[str, float]:
@@ -104,7 +89,7 @@ def main() -> None:
             policy = rt.live.get(str(ckpt))
             seqs = [s for s in build_sequences(past, policy.chat, messages, skip_zero_advantage=False)
                     if s.trajectory_id in raw_ids]  # raw rollouts only: a continuation is a selected sample
-            logw = log_ratios(policy.model, seqs, policy.tokenizer.pad_token_id, cfg.sampling.temperature)
+            logw = log_weights(policy.model, seqs, policy.tokenizer.pad_token_id, cfg.sampling.temperature)
             meta = {r["trajectory_id"]: r for r in past.filter(pl.col("is_leaf") & (pl.col("depth") > 0))
                     .select("trajectory_id", "prompt_id", "iteration", "reward").iter_rows(named=True)}
             by_prompt: dict[str, list] = {}
