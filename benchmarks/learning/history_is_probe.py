@@ -10,6 +10,10 @@ stored prediction (``v_pred``) and the plain record (the mean of the earlier rew
 
     PYTHONPATH=. python benchmarks/learning/history_is_probe.py --home H --run-id RUN \
         --config configs/learning-epochs-192.yaml --set run.seed=1
+
+``--shifted PREFIX`` instead scores runs made with ``predictor.history_shift`` on: the picked roots
+whose prediction the shift moved, their prediction before it (``v_unshifted``) against after
+(``v_pred``), Brier and log-loss against the step's outcomes, per family.
 """
 
 from __future__ import annotations
@@ -52,13 +56,19 @@ def estimates(rewards: np.ndarray, logw: np.ndarray, ages: np.ndarray, alpha: fl
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--home", required=True)
-    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--run-id", default=None)
     ap.add_argument("--config", default="configs/learning-epochs-192.yaml")
     ap.add_argument("--set", action="append", default=[], help="config override of the run (repeatable)")
     ap.add_argument("--alpha", type=float, action="append", default=None,
                     help="tempering of the weights w**alpha (repeatable; default 1 and 0.5)")
     ap.add_argument("--out", default=None, help="write the per-(step, prompt) table here (Parquet)")
+    ap.add_argument("--shifted", default=None, metavar="PREFIX",
+                    help="score the shift of the runs whose id starts with PREFIX instead (no --run-id needed)")
     args = ap.parse_args()
+    if args.shifted:
+        return shifted_report(Path(args.home), args.shifted)
+    if not args.run_id:
+        ap.error("--run-id is needed (or --shifted PREFIX)")
     alphas = args.alpha or [1.0, 0.5]
     home = Path(args.home)
     cfg = load_train_config(args.config, args.set)
@@ -117,6 +127,25 @@ def main() -> None:
     if args.out:
         frame.write_parquet(args.out)
     report(frame, alphas)
+
+
+def shifted_report(home: Path, prefix: str) -> None:
+    files = sorted(home.glob(f"shards/prompts/run_id={prefix}*/iteration=*/final.parquet"))
+    if not files:
+        raise SystemExit(f"no prompts shards under {home}/shards/prompts/run_id={prefix}*")
+    d = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed").filter(
+        (pl.col("m_alloc") > 0) & (pl.col("v_pred") != pl.col("v_unshifted")))
+    runs = d["run_id"].n_unique()
+    print(f"{d.height} picked roots moved by the shift in {runs} runs; prediction before -> after")
+    print(f"{'family':8} {'n':>5} {'Brier':>17} {'log-loss':>17}")
+    for fam in sorted(d["task"].unique()) + ["all"]:
+        f = d if fam == "all" else d.filter(pl.col("task") == fam)
+        s, n = f["n_success"].to_numpy(), f["n_total"].to_numpy()
+        out = []
+        for c in ("v_unshifted", "v_pred"):
+            p = np.clip(f[c].to_numpy().astype(float), 1e-4, 1 - 1e-4)
+            out.append((float(((p - s / n) ** 2).mean()), float(-(s * np.log(p) + (n - s) * np.log1p(-p)).sum() / n.sum())))
+        print(f"{fam:8} {f.height:5d} {out[0][0]:7.4f} -> {out[1][0]:.4f} {out[0][1]:7.4f} -> {out[1][1]:.4f}")
 
 
 def report(frame: pl.DataFrame, alphas: list[float]) -> None:
