@@ -100,3 +100,18 @@ def test_trace_refill_is_a_row_of_its_own():
     assert run_label(dapo.model_dump()) == "dapo"  # dapo refills by default: no mark
     with pytest.raises(ValueError, match="only trace"):
         parse_variant("dapo@refill", strategy_names())
+
+
+def test_trace_histshift_is_a_row_of_its_own():
+    from trace_core.allocation.strategies import run_label
+
+    base = TrainConfig.model_validate({"allocation": {"strategy": "trace"}})
+    v = parse_variant("trace@histshift", strategy_names())
+    cfg = v.apply(base)
+    assert v.label == "trace@histshift" and cfg.predictor.history_shift.enabled
+    assert not base.predictor.history_shift.enabled
+    assert run_label(cfg.model_dump()) == "trace@histshift" and child_run_id("cmp", v.label, 2) == "cmp-trace-histshift-s2"
+    with pytest.raises(ValueError, match="no predicted roots to shift"):
+        parse_variant("grpo@histshift", strategy_names())
+    with pytest.raises(ValueError, match="histshift, once each"):
+        parse_variant("trace@histshift@histshift", strategy_names())

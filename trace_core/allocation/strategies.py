@@ -105,7 +105,7 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
     ``@oracleK`` / ``@rootoracleK`` for the oracle bound, ``@staleS`` for a pipelined run and
     ``@posterior`` / ``@thompson`` for the root values' knobs and ``@reference`` for the roots'
     reference term (``compare``'s variant names), ``@restW`` for ``predictor.zero_variance_rest``,
-    ``@refill`` for ``trace.refill``."""
+    ``@refill`` for ``trace.refill``, ``@histshift`` for ``predictor.history_shift``."""
     alloc, pred = config.get("allocation", {}), config.get("predictor", {})
     label = str(alloc.get("strategy", "?"))
     if group_sizes_differ and label in GROUP_SIZE_STRATEGIES:
@@ -126,6 +126,8 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
         label += f"@rest{pred['zero_variance_rest']}"
     if alloc.get("strategy") == "trace" and knobs.get("refill"):
         label += "@refill"
+    if (pred.get("history_shift") or {}).get("enabled"):
+        label += "@histshift"
     return label
 
 
