@@ -354,7 +354,7 @@ RESULT_SECTIONS: list[tuple[str, str, Callable[[Path], str], str, str]] = [
      "reported with `--prefix e192-vs5,e192-pd85,e192-vp,e192-oz,e192-ox,e192-r4,e192-r20`, a `--row` for each "
      "renamed row and `--curves` of the previous report; then the row `trace@histshift` (`--strategies trace --set "
      "predictor.history_shift.enabled=true`, `run.seed=1` and `run.seed=6`, 5 seeds each, `--prefix e192-hs` and "
-     "`--curves` of the previous report): "
+     "`--curves` of the previous report) and the row `trace@refill` (`--prefix e192-rf-`, the same way): "
      "the same 256 recurring prompts and held-out set as the table above, "
      "192 trajectories a step for 20 steps (GRPO-4 takes 48 random prompts a step and goes over the set 3.75 "
      "times; TRACE and the oracle choose ~37 of the 256). The root oracle samples all 256 candidates 4 times "
@@ -407,7 +407,10 @@ RESULT_SECTIONS: list[tuple[str, str, Callable[[Path], str], str, str]] = [
      "`trace@histshift`, 10 seeds: its last 8 raw trajectories importance-weighted by one forward pass each; "
      "[experiments](experiments.md), point 18) makes the moved predictions better (Brier 0.069 → 0.062 on the 2,816 "
      "picked roots it moved, prospectively, every family) and the model no better: paired −0.3 ± 1.0 over GRPO-4, "
-     "15.9 contrastive prompts a step (TRACE 16.1).\n\n"
+     "15.9 contrastive prompts a step (TRACE 16.1). Dynamic sampling chosen by the root rule (`trace@refill`, "
+     "`--strategies trace@refill --set run.seed=1 --seeds 5 --parallel 1`, `--prefix e192-rf-`; point 19): the "
+     "zero-variance groups' trajectories bought again, paid on top, 281k tokens in 20 steps (1.8× the budget); at "
+     "equal tokens, 159k, paired +0.9 ± 2.2 over GRPO-4 (5 seeds; QA 42.1), within the noise.\n\n"
      "![learning curves, epochs setting at 192 a step](results/learning-epochs-192/learning_tokens.png)"),
     ("The epochs setting: a finite training set that recurs (5 seeds)", "learning-epochs/learning.csv",
      _learning_table,
