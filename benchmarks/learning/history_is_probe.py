@@ -27,19 +27,14 @@ import numpy as np
 import polars as pl
 from scipy.stats import spearmanr
 
+from benchmarks.learning.predictor_goal import load_run
 from trace_core.config import load_train_config
 from trace_core.policy.update import build_sequences
+from trace_core.predictor.calibration import sigmoid
+from trace_core.predictor.config import HistoryShiftConfig
 from trace_core.runtime import Runtime
-from trace_core.stages.history_shift import log_weights
+from trace_core.stages.history_shift import _logit, fit_slope, log_weights
 from trace_core.stages.prompt_pools import training_set
-
-
-def load_nodes(home: Path, run_id: str) -> pl.DataFrame:
-    files = sorted(home.glob(f"shards/nodes/run_id={run_id}/iteration=*/final.parquet"))
-    if not files:
-        raise SystemExit(f"no node shards under {home}/shards/nodes/run_id={run_id}")
-    return pl.concat([pl.read_parquet(f).with_columns(pl.lit(int(f.parent.name.split("=")[1])).alias("iteration"))
-                      for f in files], how="diagonal_relaxed")
 
 
 def estimates(rewards: np.ndarray, logw: np.ndarray, ages: np.ndarray, alpha: float) -> dict[str, float]:
@@ -72,7 +67,7 @@ def main() -> None:
     alphas = args.alpha or [1.0, 0.5]
     home = Path(args.home)
     cfg = load_train_config(args.config, args.set)
-    nodes = load_nodes(home, args.run_id)
+    nodes = load_run(home, args.run_id)
     raw = nodes.filter(pl.col("origin").fill_null("raw") == "raw")
     leaves = raw.filter(pl.col("is_leaf") & (pl.col("depth") > 0))
     prompts = pl.concat([pl.read_parquet(f) for f in
@@ -169,6 +164,25 @@ def report(frame: pl.DataFrame, alphas: list[float]) -> None:
         ok = np.isfinite(x)
         print(f"corr(rate - v_pred, {c}{' - record' if c.startswith('snis') else ''}) = "
               f"{np.corrcoef(res[ok], x[ok])[0, 1]:+.3f}")
+    slope_report(frame, alphas)
+
+
+def slope_report(frame: pl.DataFrame, alphas: list[float], splits=(8, 12)) -> None:
+    """The stage's slope (unpenalised) fitted on the steps before a split, and the binomial log-loss
+    of the later steps' outcomes with and without it: what the shift buys prospectively."""
+    s, n = (frame["rate"] * frame["n"]).to_numpy(), frame["n"].to_numpy().astype(float)
+    z = _logit(frame["v_pred"].to_numpy().astype(float))
+    for a in alphas:
+        d = np.clip(_logit(frame[f"snis{a:g}"].to_numpy()) - _logit(frame["record"].to_numpy()), -3.0, 3.0)
+        rows = pl.DataFrame({"is_shift": d, "v_unshifted": frame["v_pred"], "n_success": s, "n_total": n})
+        for split in splits:
+            before = (frame["iteration"] < split).to_numpy()
+            beta, _ = fit_slope(rows.filter(pl.Series(before)), HistoryShiftConfig(l2=0.0, min_rows=2))
+            p0, p1 = sigmoid(z[~before]), sigmoid(z[~before] + beta * d[~before])
+            loss = [float(-(s[~before] * np.log(p) + (n[~before] - s[~before]) * np.log1p(-p)).sum() / n[~before].sum())
+                    for p in (np.clip(p0, 1e-6, 1 - 1e-6), np.clip(p1, 1e-6, 1 - 1e-6))]
+            print(f"alpha {a:g}: slope on steps < {split}: {beta:+.3f}; log-loss of the later steps "
+                  f"{loss[0]:.4f} -> {loss[1]:.4f}")
 
 
 if __name__ == "__main__":

@@ -3,14 +3,15 @@ policy versions the plan has seen.
 
 A plan never reads an outcome from its future: a shard of a later iteration, or of newer weights,
 left on disk by a pipeline that ran ahead before a crash. The predictor's refresh, the rest after
-zero variance and the history shift all read the record through ``history_nodes``.
+zero variance and the history shift all read the record through ``history_nodes``; the reference
+term and the history shift read what stage 2 recorded beside it through ``history_prompts``.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from trace_core.home.layout import shard_path
+from trace_core.home.layout import PROMPT_SCHEMA, shard_path
 from trace_core.home.shards import read_shard
 from trace_core.nodes import nodes_frame
 from trace_core.stages.run import RunRef
@@ -25,3 +26,11 @@ def history_nodes(ref: RunRef, before: int, max_version: int | None = None, sinc
     if max_version is not None:
         nodes = nodes.filter(pl.col("policy_version").fill_null(0) <= max_version)
     return nodes
+
+
+def history_prompts(ref: RunRef, before: int) -> pl.DataFrame:
+    """Every candidate row stage 2 recorded in iterations ``< before`` (the final prompts shards);
+    a column an older shard lacks is null there."""
+    frames = [read_shard(p) for i in range(before)
+              if (p := shard_path(ref.home, "prompts", ref.run_id, "final", i)).is_file()]
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema=PROMPT_SCHEMA)

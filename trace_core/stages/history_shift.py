@@ -15,7 +15,7 @@ the run's earlier sampled roots that carried a feature (``prompts.is_shift``, ``
 ``n_success / n_total``): every fitting row is a prospective prediction. Measured on a GRPO-4 run of
 ``configs/learning-epochs-192.yaml`` (``benchmarks/learning/history_is_probe.py``): the feature
 correlates +0.30 with the predictor's residual (the step's rate minus ``v_pred``), and the slope fitted
-on steps 1-11 lowered the binomial log-loss of steps 12-19 from 0.283 to 0.277.
+on steps 1-11 lowered the binomial log-loss of steps 12-19 from 0.2828 to 0.2775.
 """
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ import torch
 
 from trace_core.config import TrainConfig
 from trace_core.envs.base import Task
-from trace_core.home.layout import shard_path
-from trace_core.home.shards import read_shard
 from trace_core.policy.update import build_sequences, collate, token_logprobs
+from trace_core.predictor.calibration import logit, sigmoid
 from trace_core.predictor.config import HistoryShiftConfig
-from trace_core.stages.history import history_nodes
+from trace_core.stages.history import history_nodes, history_prompts
 from trace_core.stages.run import RunRef
 from trace_core.stages.versions import rollout_version
 
@@ -38,8 +37,7 @@ EPS = 0.02  # rates are clipped to [EPS, 1 - EPS] before the logit: a record of 
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, EPS, 1 - EPS)
-    return np.log(p) - np.log1p(-p)
+    return logit(np.clip(p, EPS, 1 - EPS))
 
 
 def recent_raw(history: pl.DataFrame, prompt_ids: list[str], max_trajectories: int) -> pl.DataFrame:
@@ -110,7 +108,7 @@ def fit_slope(rows: pl.DataFrame, cfg: HistoryShiftConfig) -> tuple[float, int]:
     s, n = rows["n_success"].to_numpy().astype(float), rows["n_total"].to_numpy().astype(float)
     beta = 0.0
     for _ in range(25):  # Newton on one parameter
-        p = 1.0 / (1.0 + np.exp(-(z + beta * x)))
+        p = sigmoid(z + beta * x)
         step = ((x * (n * p - s)).sum() + cfg.l2 * beta) / ((x * x * n * p * (1 - p)).sum() + cfg.l2)
         beta -= step
         if abs(step) < 1e-8:
@@ -120,12 +118,12 @@ def fit_slope(rows: pl.DataFrame, cfg: HistoryShiftConfig) -> tuple[float, int]:
 
 def earlier_roots(ref: RunRef, before: int) -> pl.DataFrame:
     """The sampled roots of iterations ``< before`` with their feature, prediction before the shift
-    and outcome (the final prompts shards; shards from before the shift have no feature)."""
+    and outcome (shards from before the shift have no feature)."""
     cols = ["is_shift", "v_unshifted", "n_success", "n_total"]
-    frames = [f.select(cols) for i in range(before)
-              if (p := shard_path(ref.home, "prompts", ref.run_id, "final", i)).is_file()
-              and set(cols) <= set((f := read_shard(p).filter(pl.col("m_alloc") > 0)).columns)]
-    return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=dict.fromkeys(cols, pl.Float64))
+    rows = history_prompts(ref, before)
+    if not set(cols) <= set(rows.columns):
+        return pl.DataFrame(schema=dict.fromkeys(cols, pl.Float64))
+    return rows.filter(pl.col("m_alloc") > 0).select(cols)
 
 
 def shifted(v: np.ndarray, d: np.ndarray, beta: float) -> np.ndarray:
@@ -134,8 +132,7 @@ def shifted(v: np.ndarray, d: np.ndarray, beta: float) -> np.ndarray:
     if beta == 0:
         return v.copy()
     z = _logit(v) + beta * np.nan_to_num(d, nan=0.0)
-    out = 1.0 / (1.0 + np.exp(-z))
-    return np.where(np.isnan(d) | (d == 0), v, out)
+    return np.where(np.isnan(d) | (d == 0), v, sigmoid(z))
 
 
 def history_shift(ref: RunRef, cfg: TrainConfig, iteration: int, v: np.ndarray, tasks: list[Task], policy,

@@ -29,9 +29,8 @@ import torch
 from scipy.stats import rankdata
 
 from trace_core.envs.base import Env, Task
-from trace_core.home.layout import shard_path
-from trace_core.home.shards import read_shard
 from trace_core.policy.demos import run_demo
+from trace_core.stages.history import history_prompts
 from trace_core.stages.run import RunRef
 
 
@@ -109,15 +108,12 @@ def reference_scores(policy, tasks: Sequence[Task], envs: Mapping[str, Env], *, 
 def with_reference_scores(nodes: pl.DataFrame, ref: RunRef, before: int) -> pl.DataFrame:
     """``nodes`` with a ``ref_score`` column: on roots, the score stage 2 recorded for that prompt
     and iteration (the prompts shards of iterations ``< before``); null elsewhere."""
-    shards = [read_shard(p) for i in range(before)
-              if (p := shard_path(ref.home, "prompts", ref.run_id, "final", i)).is_file()]
-    frames = [f.select("iteration", "prompt_id", "ref_score") for f in shards if f.height and "ref_score" in f.columns]
+    prompts = history_prompts(ref, before)
     if "ref_score" in nodes.columns:
         nodes = nodes.drop("ref_score")
-    if not frames or nodes.height == 0:
+    if "ref_score" not in prompts.columns or prompts.height == 0 or nodes.height == 0:
         return nodes.with_columns(pl.lit(None, dtype=pl.Float64).alias("ref_score"))
-    scores = (pl.concat(frames, how="vertical_relaxed")
-              .with_columns(pl.col("iteration").cast(pl.Int64), pl.col("ref_score").cast(pl.Float64)))
+    scores = prompts.select(pl.col("iteration").cast(pl.Int64), "prompt_id", pl.col("ref_score").cast(pl.Float64))
     joined = nodes.with_columns(pl.col("iteration").cast(pl.Int64).alias("_it")).join(
         scores.rename({"iteration": "_it"}), on=["_it", "prompt_id"], how="left").drop("_it")
     return joined.with_columns(pl.when(pl.col("depth") == 0).then(pl.col("ref_score")).alias("ref_score"))
