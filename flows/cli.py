@@ -179,7 +179,8 @@ def compare(
                                    "planner K sampled episodes per candidate instead of predictions (trace@oracle8), NAME@staleS runs "
                                    "the pipelined flow at run.max_staleness S (trace@stale1), trace@refill refills the zero-variance groups "
                                    "by the root rule (trace.refill), trace@histshift re-weights the roots' records to the policy "
-                                   "(predictor.history_shift)."),
+                                   "(predictor.history_shift), trace@growN samples N episodes per prompt first and "
+                                   "grows the groups by their outcomes (trace.grow_first)."),
     seeds: int = typer.Option(2, "--seeds", min=1, help="Seeds per strategy (confidence intervals over seeds)."),
     home: Path = HomeOpt,
     set_: list[str] = SetOpt,

@@ -49,6 +49,7 @@ class Variant:
     reference: bool = False  # predictor.reference on: the roots' demonstration score
     refill: bool = False  # trace.refill on: dynamic sampling chosen by the root rule
     history_shift: bool = False  # predictor.history_shift on: the roots' record re-weighted to the policy
+    grow_first: int | None = None  # trace.grow_first: adaptive groups, the first episodes of each prompt
 
     def apply(self, base: TrainConfig) -> TrainConfig:
         """``base`` as this row trains it: the shared allocation fields, the strategy's own section,
@@ -70,22 +71,25 @@ class Variant:
             cfg.allocation = cfg.allocation.with_knobs(self.strategy, refill=True)
         if self.history_shift:
             cfg.predictor.history_shift.enabled = True
+        if self.grow_first is not None:
+            cfg.allocation = cfg.allocation.with_knobs(self.strategy, grow_first=self.grow_first)
         return TrainConfig.model_validate(cfg.model_dump())
 
 
 def parse_variant(text: str, known: list[str]) -> Variant:
-    """``NAME[@N][@oracleK|@rootoracleK][@staleS][@posterior|@thompson][@reference][@refill][@histshift]``: strategy NAME,
+    """``NAME[@N][@oracleK|@rootoracleK][@staleS][@posterior|@thompson][@reference][@refill][@histshift][@growN]``: strategy NAME,
     group size N (uniform-root strategies only), K oracle samples per candidate prompt and open
     prefix (``rootoracle``: per candidate prompt only, prefixes stay predicted), the pipelined flow
     at ``run.max_staleness: S``, candidate prompts valued under their posterior (``root_posterior``)
     or planned on a posterior draw (``root_thompson``), the roots' reference term
     (``predictor.reference``; these three trace and trace-root only), dynamic sampling chosen by
     the root rule (``trace.refill``, trace only), the roots' record re-weighted to the policy
-    (``predictor.history_shift``, trace and trace-root); a ValueError says what is wrong in one line."""
+    (``predictor.history_shift``, trace and trace-root), adaptive groups of N first episodes per
+    prompt (``trace.grow_first``, trace only); a ValueError says what is wrong in one line."""
     name, *mods = [part.strip() for part in text.strip().split("@")]
     if name not in known:
         raise ValueError(f"unknown strategy {name!r} in {text!r}; known: {', '.join(known)}")
-    group = oracle = stale = values = None
+    group = oracle = stale = values = grow = None
     roots_only = reference = refill = shift = False
     for mod in mods:
         if mod.isdigit() and 1 <= int(mod) <= 64 and group is None:
@@ -112,15 +116,19 @@ def parse_variant(text: str, known: list[str]) -> Variant:
             if name not in ROOT_VALUE_STRATEGIES:
                 raise ValueError(f"{text!r}: {name} has no predicted roots to shift (only {', '.join(ROOT_VALUE_STRATEGIES)})")
             shift = True
+        elif (m := re.fullmatch(r"grow(\d+)", mod)) and 1 <= int(m[1]) <= 64 and grow is None:
+            if name != "trace":
+                raise ValueError(f"{text!r}: only trace grows its groups (trace.grow_first)")
+            grow = int(m[1])
         else:
             raise ValueError(f"{text!r}: {mod!r} is neither a group size (1-64), oracleK / rootoracleK (K 1-64), "
-                             "staleS (S 1-8), posterior / thompson, reference, refill nor histshift, once each")
+                             "staleS (S 1-8), posterior / thompson, reference, refill, histshift nor growN (N 1-64), once each")
     label = (name + (f"@{group}" if group is not None else "")
              + (f"@{'root' if roots_only else ''}oracle{oracle}" if oracle is not None else "")
              + (f"@stale{stale}" if stale is not None else "") + (f"@{values}" if values is not None else "")
              + ("@reference" if reference else "") + ("@refill" if refill else "")
-             + ("@histshift" if shift else ""))
-    return Variant(label, name, group, oracle, roots_only, stale, values, reference, refill, shift)
+             + ("@histshift" if shift else "") + (f"@grow{grow}" if grow is not None else ""))
+    return Variant(label, name, group, oracle, roots_only, stale, values, reference, refill, shift, grow)
 
 
 def child_run_id(compare_id: str, strategy: str, seed: int) -> str:

@@ -113,5 +113,22 @@ def test_trace_histshift_is_a_row_of_its_own():
     assert run_label(cfg.model_dump()) == "trace@histshift" and child_run_id("cmp", v.label, 2) == "cmp-trace-histshift-s2"
     with pytest.raises(ValueError, match="no predicted roots to shift"):
         parse_variant("grpo@histshift", strategy_names())
-    with pytest.raises(ValueError, match="histshift, once each"):
+    with pytest.raises(ValueError, match="histshift nor growN"):
         parse_variant("trace@histshift@histshift", strategy_names())
+
+
+def test_trace_grow_is_a_row_of_its_own():
+    from trace_core.allocation.strategies import run_label
+
+    base = TrainConfig.model_validate({"allocation": {"strategy": "trace"}})
+    v = parse_variant("trace@grow2", strategy_names())
+    cfg = v.apply(base)
+    assert v.label == "trace@grow2" and cfg.allocation.knobs().grow_first == 2
+    assert base.allocation.knobs().grow_first is None
+    assert run_label(cfg.model_dump()) == "trace@grow2" and child_run_id("cmp", v.label, 1) == "cmp-trace-grow2-s1"
+    with pytest.raises(ValueError, match="only trace grows"):
+        parse_variant("grpo@grow2", strategy_names())
+    with pytest.raises(ValueError, match="growN"):
+        parse_variant("trace@grow2@grow4", strategy_names())
+    with pytest.raises(ValueError, match="exclusive"):
+        parse_variant("trace@refill@grow2", strategy_names()).apply(base)

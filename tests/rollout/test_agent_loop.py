@@ -132,9 +132,17 @@ def test_extensions_continue_from_a_replayed_prefix(chat, envs):
     plen = {pid: len(chat.prompt_ids(m)) for pid, m in msgs.items()}
     for q in seqs:
         assert sum(q.loss_mask[: min(plen.values())]) == 0
-    with pytest.raises(ValueError, match="leaf or a root"):
+    with pytest.raises(ValueError, match="is a leaf"):
         leaf = nodes.filter(pl.col("is_leaf"))["node_id"][0]
         extend_prefixes(eng, chat, envs, by_prompt, nodes, {leaf: 2}, sampling=s, cfg=cfg)
+    # from a root: fresh episodes of the prompt that join its raw group (adaptive groups)
+    root = nodes.filter(pl.col("depth") == 0)["node_id"][0]
+    grown = extend_prefixes(eng, chat, envs, by_prompt, nodes, {root: 2}, sampling=s, cfg=cfg, seed=3)
+    starts = grown.filter(pl.col("parent_id") == root)
+    assert (grown["origin"] == "raw").all() and starts.height == 2 and (starts["depth"] == 1).all()
+    tree = finalize_tree(pl.concat([nodes, grown]))
+    n_raw = int(nodes.filter(pl.col("parent_id") == root).height)
+    assert tree.filter(pl.col("node_id") == root)["subtree_count"].item() == n_raw + 2
 
 
 def test_context_limit_ends_episodes(chat, envs):

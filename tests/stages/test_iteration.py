@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from tests.iteration_stages import run_until_verified
 from trace_core.config import load_train_config
+from trace_core.home.shards import ShardWriter
 from trace_core.policy.model import TINY_WARM_DIR
 from trace_core.runtime import Runtime
 from trace_core.stages import iteration as it
@@ -277,3 +278,44 @@ def test_history_shift_weights_a_prompts_record_by_the_rollouts_policy(one_itera
     assert on.filter(recorded)["is_shift"].null_count() == 0, "a candidate with a record is scored"
     assert on.filter(~recorded)["is_shift"].null_count() == on.filter(~recorded).height
     assert on["v_pred"].to_list() == on["v_unshifted"].to_list(), "no slope before min_rows outcomes"
+
+
+def test_adaptive_groups_grow_the_sampled_prompts_by_their_first_episodes(one_iteration, runtime):
+    """trace.grow_first on real rollouts: stage 2 samples pairs on its share of the budget, stage 4
+    buys more episodes of the same prompts where the pairs disagree first, stage 5 plays them from
+    the root as raw episodes of the prompt's group, and stage 6 counts them in the group."""
+    cfg, ref, res = one_iteration
+    gcfg = cfg.model_copy(update={"allocation": cfg.allocation.with_knobs("trace", grow_first=2, max_per_prompt=4)})
+    ref = RunRef(ref.home, "it-grow")
+    ckpt = initial_checkpoint(gcfg)
+    roots = it.allocate_roots(ref, gcfg, 0, res.predictor)
+    m = pl.read_parquet(roots.prompts)["m_alloc"].to_numpy()
+    assert set(m.tolist()) <= {0, 2} and m.sum() == roots.root_budget_used <= round(0.67 * 48)
+    raw = it.generate_raw_rollouts(ref, gcfg, 0, ckpt, roots, runtime)
+    prefixes = it.score_prefixes(ref, gcfg, 0, res.predictor, roots, raw)
+    alloc = pl.read_parquet(prefixes.path)
+    grown = alloc.filter(pl.col("kind") == "root")
+    assert grown.height == int((m > 0).sum()) and (alloc.filter(pl.col("kind") == "prefix")["k"] == 0).all()
+    assert prefixes.grown == int(grown["k"].sum()) == 48 - raw.trajectories  # the whole rest of the budget
+    first = pl.read_parquet(raw.path).filter(pl.col("is_leaf")).group_by("prompt_id").agg(
+        pl.col("reward").min().alias("lo"), pl.col("reward").max().alias("hi"))
+    roots_of = pl.read_parquet(raw.path).filter(pl.col("depth") == 0).select("node_id", "prompt_id")
+    k = grown.join(roots_of, on="node_id").join(first, on="prompt_id")
+    mixed = k.filter(pl.col("lo") != pl.col("hi"))
+    if mixed.height and mixed.height * 2 <= prefixes.grown:  # every disagreeing pair grows to the cap first
+        assert (mixed["k"] == 2).all()
+    ext = it.extend_and_refill(ref, gcfg, 0, ckpt, raw, prefixes, runtime)
+    new = pl.read_parquet(ext.path)
+    assert ext.continuations == 0 and ext.refill_trajectories == prefixes.grown
+    assert (new["origin"] == "raw").all()
+    starts = new.filter(pl.col("depth") == 1)
+    assert set(starts["parent_id"]) <= set(roots_of["node_id"])
+    ver = it.verify_rewards(ref, gcfg, 0, res.predictor, roots, raw, prefixes, ext, runtime)
+    nodes = pl.read_parquet(ver.nodes)
+    groups = nodes.filter(pl.col("is_leaf")).group_by("prompt_id").len()
+    root_rows = nodes.filter(pl.col("depth") == 0).join(groups, on="prompt_id")
+    assert (root_rows["alloc_children"] == root_rows["len"]).all()  # one group per prompt, grown ones included
+    assert int(nodes["is_leaf"].sum()) == 48
+    prompts = pl.read_parquet(ShardWriter(ref.home, ref.run_id).path("prompts", stage="final", iteration=0))
+    chosen = prompts.filter(pl.col("m_alloc") > 0)
+    assert (chosen["m_alloc"] == chosen["n_total"]).all() and int(chosen["m_alloc"].sum()) == 48

@@ -62,3 +62,30 @@ def test_the_plan_leaves_out_the_prompts_resting_in_the_window(tmp_path):
 def test_the_run_label_names_the_rest():
     cfg = load_train_config(CONFIGS / "small-ci.yaml", ["predictor.zero_variance_rest=4"])
     assert run_label(cfg.model_dump()).endswith("@rest4")
+
+
+def test_cooldown_leaves_out_every_prompt_visited_in_the_window(tmp_path):
+    """predictor.cooldown: a prompt with any raw group in the window, mixed ones too, is planned at
+    the lower clip and not sampled; the others keep their predictions."""
+    overrides = ["run.eval_tasks=0", "run.train_prompts=8", "run.candidate_pool=8", "allocation.budget_total=16",
+                 "allocation.strategy=trace"]
+    cfg = load_train_config(CONFIGS / "small-ci.yaml", overrides)
+    cool = load_train_config(CONFIGS / "small-ci.yaml", [*overrides, "predictor.cooldown=2"])
+    ref = RunRef(str(tmp_path / "home"), "cool")
+    ids = [t.prompt_id for t in it.candidate_pool(cfg, 3)]
+    a, b, c, d = ids[:4]
+    by_iter = {0: _leaves("cool", 0, c, [1.0, 0.0], 0),  # before the window (iterations 1, 2)
+               1: _leaves("cool", 1, a, [1.0, 0.0], 1), 2: _leaves("cool", 2, b, [1.0, 1.0], 2)
+               + _leaves("cool", 2, d, [0.0, 1.0], 9)}  # from weights the plan may not read: ignored
+    for i, rows in by_iter.items():
+        write_parquet_atomic(nodes_frame(rows), shard_path(ref.home, "nodes", ref.run_id, "final", i))
+    pred = it.refresh_predictor(ref, cfg, 0)
+    plain = pl.read_parquet(it.allocate_roots(ref, cfg, 3, pred).prompts)
+    cooled = pl.read_parquet(it.allocate_roots(ref, cool, 3, pred).prompts)
+    v0, v1 = dict(zip(ids, plain["v_pred"], strict=True)), dict(zip(ids, cooled["v_pred"], strict=True))
+    eps = cfg.allocation.min_prob
+    assert np.isclose(v1[a], eps) and np.isclose(v1[b], eps)
+    assert all(np.isclose(v1[p], v0[p]) for p in ids if p not in (a, b))
+    m = dict(zip(ids, cooled["m_alloc"], strict=True))
+    assert m[a] == 0 and m[b] == 0 and cooled["m_alloc"].sum() > 0
+    assert run_label(cool.model_dump()).endswith("@cooldown2")

@@ -153,6 +153,27 @@ class TraceKnobs(_ExactRoots, _Extensions, _ExactPrefixes, _OnePrice):
         False, description="Dynamic sampling, chosen: the trajectories of the zero-variance raw groups are "
         "bought again in the second wave (paid on top of the budget, as dapo's refill), spent by the root "
         "rule on the candidates not yet sampled instead of the stream's next prompts.")
+    grow_first: int | None = Field(
+        None, ge=1, le=4096,
+        description="Adaptive groups: the root stage gives each chosen prompt this many episodes (a grow_share "
+        "of the budget) and the prefix stage spends the rest on more episodes of the same prompts, valued by "
+        "how their first episodes ended (the expected trajectories in contrastive groups under each prompt's "
+        "posterior; groups up to max_per_prompt; trace_core.allocation.growth). No prefix continuations then. "
+        "None: off.")
+    grow_share: float = Field(
+        0.67, gt=0.0, lt=1.0, description="With grow_first: the share of the budget in the first episodes.")
+
+    @model_validator(mode="after")
+    def _growth(self):
+        if self.grow_first is None:
+            return self
+        if self.grow_first > self.max_per_prompt:
+            raise ValueError(f"grow_first ({self.grow_first}) must be <= max_per_prompt ({self.max_per_prompt})")
+        if self.refill:
+            raise ValueError("grow_first and refill are exclusive: grow the sampled prompts or refill with new ones")
+        if self.root_share is not None:
+            raise ValueError("grow_first sets the split itself (grow_share); leave root_share unset")
+        return self
 
 
 class TraceRootKnobs(_ExactRoots, _Extensions, _RandomBranching):

@@ -104,8 +104,9 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
     its strategy, ``@N`` for a uniform strategy's group size when ``group_sizes_differ``, and
     ``@oracleK`` / ``@rootoracleK`` for the oracle bound, ``@staleS`` for a pipelined run and
     ``@posterior`` / ``@thompson`` for the root values' knobs and ``@reference`` for the roots'
-    reference term (``compare``'s variant names), ``@restW`` for ``predictor.zero_variance_rest``,
-    ``@refill`` for ``trace.refill``, ``@histshift`` for ``predictor.history_shift``."""
+    reference term (``compare``'s variant names), ``@restW`` for ``predictor.zero_variance_rest``, ``@cooldownC`` for ``predictor.cooldown``,
+    ``@refill`` for ``trace.refill``, ``@histshift`` for ``predictor.history_shift``, ``@growN`` for
+    ``trace.grow_first``."""
     alloc, pred = config.get("allocation", {}), config.get("predictor", {})
     label = str(alloc.get("strategy", "?"))
     if group_sizes_differ and label in GROUP_SIZE_STRATEGIES:
@@ -124,10 +125,14 @@ def run_label(config: dict, group_sizes_differ: bool = False) -> str:
         label += "@reference"
     if pred.get("zero_variance_rest"):
         label += f"@rest{pred['zero_variance_rest']}"
+    if pred.get("cooldown"):
+        label += f"@cooldown{pred['cooldown']}"
     if alloc.get("strategy") == "trace" and knobs.get("refill"):
         label += "@refill"
     if (pred.get("history_shift") or {}).get("enabled"):
         label += "@histshift"
+    if alloc.get("strategy") == "trace" and knobs.get("grow_first"):
+        label += f"@grow{knobs['grow_first']}"
     return label
 
 

@@ -273,6 +273,11 @@ class PredictorConfig(BaseModel):
         "raw group within this many steps was one, the root plan is told 0 or 1 for it (what the oracle's extremes "
         "know, read from the prompt's own last visit instead of fresh episodes; GRESO's skip, made deterministic). "
         "0 = off.")
+    cooldown: int = Field(
+        0, ge=0, le=1000,
+        description="Steps a prompt sits out after each visit: while it has a raw group within this many steps, the "
+        "root plan is told 0 for it, whatever the outcome, so the plan rotates through the set instead of training "
+        "on the same prompts step after step. 0 = off.")
     encoder_path: str | None = Field(
         None, description="hf_encoder only: local path of a Hugging Face encoder (never downloaded)."
     )

@@ -218,8 +218,10 @@ def _prefix_live(nodes_by_id: dict[str, dict[str, Any]], parent: dict[str, str |
     p = nodes_by_id[prefix]
     base = {"run_id": p["run_id"], "strategy": p["strategy"], "iteration": p["iteration"]}
     tag = f"{prefix}/x{rnd}.{k}"
+    # from the root: one more fresh episode of the prompt, a raw rollout of its group (adaptive groups)
+    origin = "raw" if int(p["depth"]) == 0 else "extension"
     return LiveEpisode(task, ep, context, prefix, node_id(base["run_id"], base["iteration"], task.prompt_id, tag),
-                       tag, int(p["depth"]), "extension", base, lp_sum=sum(lp), lp_n=len(lp),
+                       tag, int(p["depth"]), origin, base, lp_sum=sum(lp), lp_n=len(lp),
                        lp_min=min(lp) if lp else 0.0, tool_errors=int(p["tool_errors"] or 0))
 
 
@@ -228,7 +230,9 @@ def extend_prefixes(engine: Engine, chat: Any, envs: Mapping[str, Env], tasks_by
                     cfg: RolloutConfig | None = None, seed: int = 0, round: int = 0) -> pl.DataFrame:
     """``counts[node_id]`` new continuations from each prefix node of ``nodes``.
 
-    Returns only the new rows (``origin='extension'``, the first turn's parent = the prefix).
+    Returns only the new rows (``origin='extension'``, the first turn's parent = the prefix). A
+    root (depth 0) is extended too: its continuations are fresh episodes of the prompt that join
+    its group (``origin='raw'``; ``allocation.trace.grow_first``).
     Concatenate with ``nodes`` and call ``finalize_tree`` for subtree rewards. ``round``
     distinguishes repeated extension rounds of one iteration (it enters the node ids).
     """
@@ -240,8 +244,8 @@ def extend_prefixes(engine: Engine, chat: Any, envs: Mapping[str, Env], tasks_by
         if prefix not in by_id:
             raise KeyError(f"prefix node {prefix} is not in the node table")
         p = by_id[prefix]
-        if p["is_leaf"] or p["depth"] == 0:
-            raise ValueError(f"node {prefix} is a leaf or a root; extend open prefix nodes (depth >= 1)")
+        if p["is_leaf"]:
+            raise ValueError(f"node {prefix} is a leaf; extend open prefix nodes or roots")
         task = tasks_by_prompt[p["prompt_id"]]
         for k in range(int(k_count)):
             lives.append(_prefix_live(by_id, parent, prefix, k, round, task, envs[task.family], chat))

@@ -26,6 +26,7 @@ import numpy as np
 import polars as pl
 
 from trace_core.advantages.estimators import compute_advantages
+from trace_core.allocation.growth import first_wave
 from trace_core.allocation.planner import (
     RootPlan,
     iteration_budget,
@@ -40,6 +41,7 @@ from trace_core.metrics import trajectory_metrics
 from trace_core.nodes import nodes_frame, root_rows, with_prefix_decisions
 from trace_core.predictor import load_predictor, make_predictor
 from trace_core.runtime import Runtime, rollout_config
+from trace_core.stages.growth import ALLOC_SCHEMA, PREFIX, grow_plan, growing, prefix_decisions, with_growth
 from trace_core.stages.history import history_nodes as history_nodes  # the record a plan may read
 from trace_core.stages.history_shift import history_shift
 from trace_core.stages.oracle import oracle_blend, oracle_prefix_values, oracle_root_values
@@ -51,9 +53,10 @@ from trace_core.stages.records import (
     prompt_rows,
     prospective_metrics,
     reverify,
+    zero_variance_groups,
 )
 from trace_core.stages.reference import reference_scores, with_reference_scores
-from trace_core.stages.rest import last_raw_rates, rest_zero_variance
+from trace_core.stages.rest import rested
 from trace_core.stages.results import (
     Evaluation,
     Extensions,
@@ -170,17 +173,15 @@ def allocate_roots(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     if cfg.predictor.history_shift.enabled and not cfg.predictor.oracle_samples:
         v, shift, _ = history_shift(ref, cfg, iteration, v, tasks, _rollout_policy(checkpoint, runtime), runtime.envs)
         v = _clip(v, cfg)
-    if cfg.predictor.zero_variance_rest:
-        last = last_raw_rates(ref, iteration, cfg.predictor.zero_variance_rest,
-                              max_version=rollout_version(iteration, cfg.run.max_staleness))
-        v = _clip(rest_zero_variance(v, [t.prompt_id for t in tasks], last), cfg)
+    if cfg.predictor.zero_variance_rest or cfg.predictor.cooldown:
+        v = _clip(rested(ref, cfg, iteration, v, [t.prompt_id for t in tasks]), cfg)
     rng = np.random.default_rng(iteration_seed(cfg, iteration, "roots"))
     budget = cfg.allocation.budget_total
     if cfg.allocation.budget_tokens is not None:
         budget = iteration_budget(cfg.allocation, iteration, *spent_tokens(ref, iteration))
     alloc = cfg.allocation.model_copy(update={"budget_total": budget})
     v_plan = planned_v(cfg, iteration, v, conc)  # the mean, or a posterior draw (root_thompson)
-    plan = plan_roots(v_plan, alloc, rng, previous_continuations=previous_continuations(ref, iteration),
+    plan = plan_roots(v_plan, first_wave(alloc), rng, previous_continuations=previous_continuations(ref, iteration),
                       strata=stratum_labels(cfg.allocation.stratify, [t.family for t in tasks], [t.difficulty for t in tasks]),
                       concentration=conc)
     utility = root_values(cfg, v_plan, conc, plan.m)
@@ -247,13 +248,6 @@ def _root_plan(cfg: TrainConfig, roots: RootAllocation, prompts: pl.DataFrame) -
                     reserve=_allocation(cfg, roots).budget_total - roots.root_budget, price=roots.threshold)
 
 
-def _zero_variance_groups(nodes: pl.DataFrame) -> tuple[int, int]:
-    """Raw root groups whose rewards all agree (what dynamic sampling replaces): (groups, their trajectories)."""
-    g = nodes.filter(pl.col("is_leaf")).group_by("prompt_id").agg(
-        pl.col("reward").min().alias("lo"), pl.col("reward").max().alias("hi"), pl.len().alias("n"))
-    return (g := g.filter(pl.col("lo") == pl.col("hi"))).height, int(g["n"].sum())
-
-
 def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: PredictorFit, roots: RootAllocation,
                    raw: Generation, checkpoint: str | None = None, runtime: Runtime | None = None) -> PrefixAllocation:
     """(4) Predict V at every open prefix; the planner chooses K continuations per prefix (with one
@@ -275,19 +269,24 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     prompts = read_shard(roots.prompts)
     conc = stored_concentration(prompts)
     v_root = planned_v(cfg, iteration, prompts["v_pred"].to_numpy(), conc)
-    zv_groups, zv_trajectories = _zero_variance_groups(nodes)
-    plan = plan_prefixes(_root_plan(cfg, roots, prompts), v_root, v, r, depth,
-                         np.maximum(cfg.env.max_turns - depth, 1), raw.trajectories, _allocation(cfg, roots),
-                         np.random.default_rng(iteration_seed(cfg, iteration, "prefixes")),
-                         zero_variance_groups=zv_groups, zero_variance_trajectories=zv_trajectories,
-                         strata=stratum_labels(cfg.allocation.stratify, prompts["task"].to_list(),
-                                               prompts["difficulty"].to_list()),
-                         prefix_strata=stratum_labels(cfg.allocation.stratify, cands["task"].to_list(),
-                                                      cands["difficulty"].to_list()),
-                         concentration=conc)
-    alloc = pl.DataFrame({"node_id": cands["node_id"], "v_pred": v_node, "flip": flip, "r": r, "k": plan.k,
-                          "utility": prefix_utility(v, r, plan.k) if len(plan.k) else np.zeros(0)},
-                         schema_overrides={"k": pl.Int64})
+    zv_groups, zv_trajectories = zero_variance_groups(nodes)
+    alloc_cfg, grown = _allocation(cfg, roots), None
+    if growing(alloc_cfg):  # adaptive groups: the rest of the budget grows the sampled prompts' groups
+        plan, grown = grow_plan(alloc_cfg, prompts, v_root, conc, nodes, raw.trajectories, cands.height)
+    else:
+        plan = plan_prefixes(_root_plan(cfg, roots, prompts), v_root, v, r, depth,
+                             np.maximum(cfg.env.max_turns - depth, 1), raw.trajectories, alloc_cfg,
+                             np.random.default_rng(iteration_seed(cfg, iteration, "prefixes")),
+                             zero_variance_groups=zv_groups, zero_variance_trajectories=zv_trajectories,
+                             strata=stratum_labels(cfg.allocation.stratify, prompts["task"].to_list(),
+                                                   prompts["difficulty"].to_list()),
+                             prefix_strata=stratum_labels(cfg.allocation.stratify, cands["task"].to_list(),
+                                                          cands["difficulty"].to_list()),
+                             concentration=conc)
+    alloc = pl.concat([pl.DataFrame({"node_id": cands["node_id"], "v_pred": v_node, "flip": flip, "r": r, "k": plan.k,
+                                     "utility": prefix_utility(v, r, plan.k) if len(plan.k) else np.zeros(0),
+                                     "kind": PREFIX}, schema=ALLOC_SCHEMA), *([] if grown is None else [grown])],
+                      how="vertical_relaxed")
     refill = None
     if plan.wave_rollouts > 0:
         refill = str(write_parquet_atomic(prompts.with_columns(
@@ -298,7 +297,7 @@ def score_prefixes(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     return PrefixAllocation(path=str(path), prefixes=cands.height, ext_budget=plan.budget,
                             ext_used=plan.continuations, branched=int((plan.k > 0).sum()), refill_prompts=refill,
                             refill_rollouts=plan.wave_rollouts, oracle_tokens=oracle_tokens,
-                            seconds=time.perf_counter() - t0)
+                            grown=0 if grown is None else int(grown["k"].sum()), seconds=time.perf_counter() - t0)
 
 
 def extend_and_refill(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint: str, raw: Generation,
@@ -314,7 +313,8 @@ def extend_and_refill(ref: RunRef, cfg: TrainConfig, iteration: int, checkpoint:
                                          nodes=read_shard(raw.path), counts=counts,
                                          sampling=_sampling(cfg, iteration, "extend"), cfg=rollout_config(cfg),
                                          seed=iteration_seed(cfg, iteration, "extend"))
-    continuations = int(new["is_leaf"].sum() or 0) if new.height else 0
+    # continuations of prefixes; those of roots (adaptive groups) are raw episodes of the prompt's group
+    continuations = int((new["is_leaf"] & (new["origin"] == "extension")).sum() or 0) if new.height else 0
     if prefixes.refill_prompts:
         wave = _raw_rollouts(cfg, ref, iteration, checkpoint, read_shard(prefixes.refill_prompts), "raw-wave2",
                              runtime)
@@ -332,11 +332,13 @@ def verify_rewards(ref: RunRef, cfg: TrainConfig, iteration: int, predictor: Pre
     t0 = time.perf_counter()
     nodes = pl.concat([read_shard(raw.path), read_shard(extensions.path)], how="vertical_relaxed")
     nodes, mismatched = reverify(nodes, runtime.envs, tasks_by_id(cfg, iteration))
-    nodes = with_prefix_decisions(nodes, read_shard(prefixes.path))
+    alloc = read_shard(prefixes.path)
+    nodes = with_prefix_decisions(nodes, prefix_decisions(alloc))
+    prompts = read_shard(roots.prompts)
+    nodes, prompts = with_growth(nodes, prompts, alloc)  # the episodes stage 4 grew, in the roots' groups
     nodes = compute_advantages(nodes, cfg.advantage)
     writer = ShardWriter(ref.home, ref.run_id, strategy=cfg.allocation.strategy)
     writer.write("nodes", nodes, stage="final", iteration=iteration)
-    prompts = read_shard(roots.prompts)
     if prefixes.refill_prompts:  # the plan's second wave (it samples only prompts the first skipped)
         wave = read_shard(prefixes.refill_prompts)
         prompts = prompts.with_columns(pl.col("m_alloc") + wave["m_alloc"],

@@ -51,6 +51,13 @@ def prompt_rows(prompts: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     return prompts.join(counts, on="prompt_id", how="left")
 
 
+def zero_variance_groups(nodes: pl.DataFrame) -> tuple[int, int]:
+    """Raw root groups whose rewards all agree (what dynamic sampling replaces): (groups, their trajectories)."""
+    g = nodes.filter(pl.col("is_leaf")).group_by("prompt_id").agg(
+        pl.col("reward").min().alias("lo"), pl.col("reward").max().alias("hi"), pl.len().alias("n"))
+    return (g := g.filter(pl.col("lo") == pl.col("hi"))).height, int(g["n"].sum())
+
+
 def confirmed_confident_share(prompts: pl.DataFrame, low: float = 0.05, high: float = 0.95) -> float:
     """Share of the root rollouts spent on prompts predicted below ``low`` / above ``high`` that
     came out that way (all failed / all succeeded): the budget the predictor knew was wasted

@@ -93,11 +93,13 @@ class PrefixAllocation(StageResult):
     refill_prompts: str | None = None  # the second root wave: m per candidate, generated in stage 5
     refill_rollouts: int = 0
     oracle_tokens: int = 0  # the oracle bound's continuations (predictor.oracle_samples): not in the budget
+    grown: int = 0  # adaptive groups (trace.grow_first): more episodes of sampled prompts, generated in stage 5
 
 
 class Extensions(Generation):
-    """Stage 5: every node generated after the raw rollouts — the continuations, then the second
-    root wave the plan bought (``refill_trajectories`` of ``trajectories``; none for most strategies)."""
+    """Stage 5: every node generated after the raw rollouts — the continuations, then the raw
+    episodes the plan bought after them (``refill_trajectories`` of ``trajectories``: the second
+    root wave, or the grown groups of ``trace.grow_first``; none for most strategies)."""
 
     continuations: int = 0
     refill_trajectories: int = 0
