@@ -103,7 +103,8 @@ def _start_server() -> tuple[subprocess.Popen, str]:
     atexit.register(_stop, proc)
     try:
         url = f"http://127.0.0.1:{port}/api"
-        deadline = time.monotonic() + float(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
+        wait = float(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
+        deadline = time.monotonic() + wait
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"the temporary Prefect server exited with code {proc.returncode}")
@@ -113,7 +114,8 @@ def _start_server() -> tuple[subprocess.Popen, str]:
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("the temporary Prefect server did not start in time")
+                raise RuntimeError(f"the temporary Prefect server did not answer within {wait:.0f} s (a loaded machine "
+                                   "starts it slower: PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120 waits longer)")
             time.sleep(0.1)
     except BaseException:
         _stop(proc)
