@@ -59,3 +59,14 @@ def test_servers_started_at_once_on_a_fresh_home_all_run(tmp_path):
     outs = [p.communicate(timeout=900) for p in procs]
     for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0 and "health 200" in out, err[-2000:]
+
+
+def test_a_server_that_does_not_answer_in_time_names_the_setting(tmp_path):
+    """A start that outlasts the wait fails with one line naming the seconds and the setting that
+    waits longer (a loaded machine starts the server slower)."""
+    env = dict(_env(tmp_path / "prefect"), PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="0")
+    out = subprocess.run([sys.executable, "-c", SERVE], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0 and "health" not in out.stdout
+    assert "did not answer within 0 s" in out.stderr
+    assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in out.stderr
