@@ -418,7 +418,7 @@ RESULT_SECTIONS: list[tuple[str, str, Callable[[Path], str], str, str]] = [
      "points 19–20): the zero-variance groups' trajectories bought again, paid on top, 1.8× the tokens a step; at "
      "equal tokens, 159k, **paired +1.2 ± 1.2 over GRPO-4** (10 seeds; 28.6 contrastive prompts a step). It is the "
      "batch, not the choice ([experiments](experiments.md), point 20): uniform dynamic sampling (`dapo@4`, the same "
-     "~14.5k tokens a step) is +1.3 ± 1.3 and plain GRPO-4 at 336 a step GBSHORT (5 seeds each); at that batch "
+     "~14.5k tokens a step) is +1.3 ± 1.3 and plain GRPO-4 at 336 a step +1.7 ± 0.8 (5 seeds each); at that batch "
      "TRACE is paired −1.2 ± 0.4 against it and the root oracle 0.0 ± 1.3 (5 seeds).\n\n"
      "![learning curves, epochs setting at 192 a step](results/learning-epochs-192/learning_tokens.png)"),
     ("The epochs setting: a finite training set that recurs (5 seeds)", "learning-epochs/learning.csv",
